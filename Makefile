@@ -1,0 +1,33 @@
+# specsweep — the two set-up commands on a fresh machine:
+#   make demo    install the CPU stack, build the real SmolLM2-135M model, run the CPU profile end to end
+#   make test    install what the tests need and run them
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.specsweep-installed
+# A local copy of vLLM's benchmarks/sonnet.txt (checked against the pinned sha256); empty = download it.
+SONNET ?= $(wildcard ../shared/data/sonnet.txt)
+SNAKE_CONFIG := $(if $(SONNET),--config sonnet_path=$(abspath $(SONNET)),)
+
+.PHONY: install demo test lint figures clean-demo
+
+$(STAMP): pyproject.toml workflow/scripts/install-cpu.sh
+	bash workflow/scripts/install-cpu.sh $(VENV)
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/snakemake --profile profiles/cpu $(SNAKE_CONFIG)
+
+test: $(STAMP)
+	SPECSWEEP_SONNET=$(abspath $(SONNET)) $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/snakemake --lint --configfile config/smoke.yaml $(SNAKE_CONFIG)
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+
+figures: $(STAMP)
+	$(BIN)/snakemake --profile profiles/cpu $(SNAKE_CONFIG) figures
+
+clean-demo:
+	rm -rf results/smoke figures/smoke logs/smoke benchmarks/smoke

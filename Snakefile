@@ -1,0 +1,27 @@
+# specsweep: vLLM's built-in speculative decoding, measured cell by cell.
+#   snakemake --cores 1 --resources gpu=8                         the paper matrix (config/config.yaml, 156 cells)
+#   snakemake --profile profiles/cpu                              the CPU profile (config/smoke.yaml, 24 cells)
+#   snakemake figures                                             tables + six figures from the cells that exist
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# The paper study, unless --configfile names another study (which then replaces it, not extends it).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/cells.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        cell_paths(),
+        table_paths(),
+        figure_paths(),
+    default_target: True

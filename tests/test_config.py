@@ -1,0 +1,108 @@
+"""Config: schema defaults, the paper matrix (156 cells), and one-line errors naming the culprit."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from specsweep.config import build_study, check_gpu_budget
+from specsweep.errors import SpecsweepError
+
+
+def test_paper_matrix_is_156_cells(paper_cfg):
+    study = build_study(paper_cfg)
+    assert len(study.cells) == 156
+    groups = [study.cell_groups[c] for c in study.cells]
+    assert groups.count("large") == 96 and groups.count("small") == 60
+    assert len(set(study.cells)) == 156
+    assert {m.tp for m in study.models.values()} == {1, 4, 8}
+    assert study.models["llama-3.3-70b-instruct"].tp == 8 and study.models["qwen2.5-32b-instruct"].tp == 4
+    # models without a chat template are marked so (raw prompts)
+    assert not study.models["opt-125m"].chat_template and not study.models["starcoder2-3b"].chat_template
+
+
+def test_ladder_matches_the_article(paper_cfg):
+    study = build_study(paper_cfg)
+    lad = study.ladder
+    assert lad["vanilla"].speculative is None and lad["vanilla"].gpu_memory_utilization == 0.90
+    assert lad["ngram"].speculative == {"method": "ngram", "num_speculative_tokens": 7,
+                                        "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    assert lad["suffix"].speculative == {"method": "suffix", "num_speculative_tokens": 32}
+    assert lad["suffix"].gpu_memory_utilization == 0.80 and lad["suffix"].compilation is None
+    assert lad["trident"].compilation == {"cudagraph_mode": "PIECEWISE"}
+    assert study.engine["kv_cache_dtype"] == "fp8" and study.engine["max_model_len"] == 16384
+
+
+def test_schema_fills_defaults(smoke_cfg):
+    del smoke_cfg["warmup_prompts"]
+    del smoke_cfg["sampling"]
+    study = build_study(smoke_cfg)
+    assert study.raw["warmup_prompts"] == 8
+    assert study.raw["sampling"] == {"temperature": 0.0, "top_p": 1.0}
+    assert study.models["smollm2-135m-instruct"].trust_remote_code is False
+
+
+def _set(cfg: dict, dotted: str, value) -> dict:
+    cfg = copy.deepcopy(cfg)
+    node = cfg
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    if value is _DELETE:
+        del node[keys[-1]]
+    elif isinstance(node, list):
+        node[int(keys[-1])] = value
+    else:
+        node[keys[-1]] = value
+    return cfg
+
+
+_DELETE = object()
+
+BAD = [
+    ("groups.large.models", ["phi-3-medium-4k-instruct", "gpt-5"], "groups.large.models: unknown model 'gpt-5'"),
+    ("groups.small.workloads", ["sonnet", "poetry"], "groups.small.workloads: unknown workload 'poetry'"),
+    ("groups.small.configs", ["vanilla", "eagle"], "groups.small.configs: unknown config 'eagle'"),
+    ("groups.small.configs", ["vanilla", "vanilla"], "groups.small.configs: 'vanilla' listed twice"),
+    ("models.1.name", "opt-125m", "duplicate model name 'opt-125m'"),
+    ("models.6.tp", 3, "(qwen2.5-32b-instruct).tp: 3 is not a power of two"),
+    ("ladder.suffix.gpu_memory_utilization", 1.5, "ladder.suffix.gpu_memory_utilization: must be in (0, 1]"),
+    ("ladder.vanilla.gpu_memory_utilization", 0, "ladder.vanilla.gpu_memory_utilization: must be in (0, 1]"),
+    ("ladder.ngram.speculative.num_speculative_tokens", 0, "ladder.ngram.speculative.num_speculative_tokens: must be >= 1"),
+    ("ladder.ngram.speculative.prompt_lookup_min", 6, "prompt_lookup_min (6) > prompt_lookup_max (5)"),
+    ("ladder.suffix.speculative.method", "medusa", "ladder.suffix.speculative.method: unknown method 'medusa'"),
+    ("workloads.code.num_prompts", -4, "workloads.code.num_prompts: must be >= 1, got -4"),
+    ("workloads.sonnet.max_tokens", 0, "workloads.sonnet.max_tokens: must be >= 1, got 0"),
+    ("workloads.mix-ch.parts", {"code": 0.7, "sonnet": 0.2, "chat": 0.2}, "workloads.mix-ch.parts: shares sum to 1.1, not 1"),
+    ("workloads.mix-sh.parts", {"sonnet": 0.7, "haiku": 0.3}, "workloads.mix-sh.parts.haiku: unknown workload 'haiku'"),
+    ("headline_model", "gpt-5", "headline_model: unknown model 'gpt-5'"),
+    ("engine.max_num_seqs", "many", "engine.max_num_seqs: 'many' is not of type 'integer'"),
+    ("engine.speculative", {}, "engine: Additional properties are not allowed ('speculative' was unexpected)"),
+    ("run", "a b;rm -rf /", "run: 'a b;rm -rf /' does not match"),
+    ("ladder.trident.compilation.cudagraph_mode", "SOMETIMES", "ladder.trident.compilation.cudagraph_mode: 'SOMETIMES' is not one of"),
+    ("corpus", _DELETE, "'corpus' is a required property"),
+]
+
+
+@pytest.mark.parametrize("key,value,message", BAD, ids=[b[0] + "=" + str(b[1])[:20] for b in BAD])
+def test_bad_config_names_the_key(paper_cfg, key, value, message):
+    with pytest.raises(SpecsweepError) as err:
+        build_study(_set(paper_cfg, key, value))
+    text = str(err.value)
+    assert message in text
+    assert "\n" not in text
+
+
+def test_tp_above_granted_gpus(paper_cfg):
+    study = build_study(paper_cfg)
+    check_gpu_budget(study, 8)
+    with pytest.raises(SpecsweepError, match=r"\(llama-3.3-70b-instruct\).tp: 8 exceeds the 4 GPU"):
+        check_gpu_budget(study, 4)
+
+
+def test_cell_listed_by_two_groups(paper_cfg):
+    cfg = copy.deepcopy(paper_cfg)
+    cfg["groups"]["extra"] = {"models": ["opt-125m"], "workloads": ["code"], "configs": ["ngram"]}
+    with pytest.raises(SpecsweepError, match="groups.extra: cell opt-125m/code/ngram is also in group small"):
+        build_study(cfg)

@@ -1,0 +1,21 @@
+rule cell:
+    input:
+        workload="results/{run}/workloads/{workload}.json",
+        model=model_dir,
+    output:
+        "results/{run}/cells/{model}/{workload}/{config}.json",
+    log:
+        "logs/{run}/cells/{model}/{workload}/{config}.log",
+    benchmark:
+        "benchmarks/{run}/cells/{model}/{workload}/{config}.tsv"
+    params:
+        config=EFFECTIVE_CONFIG,
+        model_arg=model_arg,
+        settings=cell_settings_hash,
+    resources:
+        gpu=cell_gpus,
+    # vanilla first, so speculative cells can record how many outputs match it token for token
+    priority: lambda wc: 10 if wc.config == "vanilla" else 0
+    shell:
+        "{SPECSWEEP} run-cell --config {params.config:q} --workload-file {input.workload:q} "
+        "--out {output:q} {params.model_arg} --log {log:q} > {log:q} 2>&1"

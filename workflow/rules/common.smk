@@ -1,0 +1,97 @@
+import sys
+from pathlib import Path
+
+from snakemake.utils import validate
+
+# The package lives in workflow/specsweep; it is normally installed (pip install -e .), this makes a plain
+# checkout work too.
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+
+from specsweep.config import build_study, check_gpu_budget, Cell  # noqa: E402
+from specsweep.errors import SpecsweepError  # noqa: E402
+from specsweep.jsonio import atomic_write_bytes, sha256_obj  # noqa: E402
+
+import copy  # noqa: E402
+
+import yaml  # noqa: E402
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+def _granted_gpus() -> int | None:
+    """N of --resources gpu=N (None when not given)."""
+    res = workflow.global_resources.get("gpu")
+    value = getattr(res, "value", res)
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+try:
+    STUDY = build_study(copy.deepcopy(config))
+    check_gpu_budget(STUDY, _granted_gpus())
+except SpecsweepError as exc:
+    sys.exit(f"specsweep: error: {exc}")
+
+RUN = STUDY.run
+CORPUS = "resources/sonnet.txt"
+SPECSWEEP = f"{sys.executable} -m specsweep.cli"
+
+
+def _effective_config() -> str:
+    """The validated config (defaults and --config overrides applied), written only when it changes."""
+    path = Path("results") / RUN / "config.effective.yaml"
+    text = yaml.safe_dump(STUDY.raw, sort_keys=True).encode()
+    if not path.is_file() or path.read_bytes() != text:
+        atomic_write_bytes(path, text)
+    return str(path)
+
+
+EFFECTIVE_CONFIG = _effective_config()
+BUILT_MODELS = [m.name for m in STUDY.models.values() if m.build]
+
+
+def cell_paths() -> list[str]:
+    return [str(c.path(RUN)) for c in STUDY.cells]
+
+
+def existing_cell_paths() -> list[str]:
+    return [p for p in cell_paths() if Path(p).is_file()]
+
+
+def table_paths() -> list[str]:
+    return [f"results/{RUN}/tables/{name}" for name in ("cells.parquet", "speedup.parquet", "summary.md")]
+
+
+FIGURES = ["fig1_headline", "fig2_r_vs_k_code", "fig3_sonnet_ladder", "fig4_k_alpha", "fig5_model_size", "fig6_gpu_util"]
+
+
+def figure_paths() -> list[str]:
+    return [f"figures/{RUN}/{f}.{ext}" for f in FIGURES for ext in ("png", "svg")] + [f"figures/{RUN}/manifest.json"]
+
+
+def model_dir(wildcards) -> list[str]:
+    """The built model folder a cell needs (none for models vLLM loads by id)."""
+    return [f"resources/models/{wildcards.model}"] if wildcards.model in BUILT_MODELS else []
+
+
+def model_arg(wildcards) -> str:
+    return f"--model-path resources/models/{wildcards.model}" if wildcards.model in BUILT_MODELS else ""
+
+
+def cell_gpus(wildcards) -> int:
+    return STUDY.models[wildcards.model].tp if STUDY.device == "gpu" else 0
+
+
+def cell_settings_hash(wildcards) -> str:
+    """Changes when anything that defines the cell changes (a params rerun trigger)."""
+    return sha256_obj(STUDY.cell_settings(Cell(wildcards.model, wildcards.workload, wildcards.config)))
+
+
+def workload_hash(wildcards) -> str:
+    return sha256_obj([STUDY.raw["workloads"], STUDY.raw["seed"], STUDY.raw["warmup_prompts"], STUDY.raw["corpus"]])
+
+
+wildcard_constraints:
+    run=RUN,
+    model="|".join(STUDY.models),
+    workload="|".join(STUDY.workloads),
+    config="|".join(STUDY.ladder),

@@ -1,0 +1,44 @@
+rule corpus:
+    output:
+        CORPUS,
+    log:
+        "logs/corpus.log",
+    benchmark:
+        "benchmarks/corpus.tsv"
+    params:
+        config=EFFECTIVE_CONFIG,
+        sha256=STUDY.raw["corpus"]["sha256"],
+    localrule: True
+    shell:
+        "{SPECSWEEP} corpus --config {params.config:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule workload:
+    input:
+        corpus=CORPUS,
+    output:
+        "results/{run}/workloads/{workload}.json",
+    log:
+        "logs/{run}/workloads/{workload}.log",
+    benchmark:
+        "benchmarks/{run}/workloads/{workload}.tsv"
+    params:
+        config=EFFECTIVE_CONFIG,
+        settings=workload_hash,
+    localrule: True
+    shell:
+        "{SPECSWEEP} workload --config {params.config:q} --name {wildcards.workload:q} "
+        "--corpus {input.corpus:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule build_model:
+    output:
+        directory("resources/models/{model}"),
+    log:
+        "logs/build_model/{model}.log",
+    benchmark:
+        "benchmarks/build_model/{model}.tsv"
+    params:
+        dtype=lambda wc: STUDY.models[wc.model].dtype or "float32",
+    shell:
+        "{SPECSWEEP} build-model --out {output:q} --dtype {params.dtype:q} > {log:q} 2>&1"

