@@ -39,7 +39,7 @@ def test_schema_fills_defaults(smoke_cfg):
     del smoke_cfg["sampling"]
     study = build_study(smoke_cfg)
     assert study.raw["warmup_prompts"] == 8
-    assert study.raw["sampling"] == {"temperature": 0.0, "top_p": 1.0}
+    assert study.raw["sampling"] == {"temperature": 0.0, "top_p": 1.0, "ignore_eos": False}
     assert study.models["smollm2-135m-instruct"].trust_remote_code is False
 
 

@@ -105,6 +105,17 @@ def cmd_run_cell(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_harness(args: argparse.Namespace) -> int:
+    from .harness import run_harness
+
+    study = _study(args)
+    cell = study.cell(*args.cell.split("/"))
+    doc = run_harness(study, cell, Path(args.workload_file), Path(args.out), args.model_path)
+    print(json.dumps({"cell": cell.key, "elapsed_s": round(doc["elapsed_s"], 3),
+                      "output_tok_s": round(doc["output_tok_s"], 1)}))
+    return 0
+
+
 def cmd_tables(args: argparse.Namespace) -> int:
     from .tables import build_tables
 
@@ -150,6 +161,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, help="results/{run}/cells/{model}/{workload}/{config}.json")
     sp.add_argument("--model-path", help="local model folder (models built by a rule)")
     sp.add_argument("--log", help="the job's log file, named in a failure record")
+    sp = add("harness", cmd_harness, "the same cell through vLLM's own throughput harness (fidelity check)")
+    sp.add_argument("--cell", required=True, help="model/workload/config")
+    sp.add_argument("--workload-file", required=True)
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--model-path")
     sp = add("tables", cmd_tables, "aggregate the cells of a run into Parquet, CSV and Markdown tables")
     sp.add_argument("--results", default="results")
     sp.add_argument("--out", required=True)

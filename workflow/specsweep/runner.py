@@ -172,7 +172,8 @@ def _measure(study: Study, cell: Cell, workload_path: Path, out_path: Path, mode
 
     def params(items: list[dict[str, Any]]) -> list[Any]:
         return [SamplingParams(temperature=sampling["temperature"], top_p=sampling["top_p"],
-                               max_tokens=it["max_tokens"], seed=study.raw["seed"]) for it in items]
+                               ignore_eos=sampling["ignore_eos"], max_tokens=it["max_tokens"])
+                for it in items]  # no per-request seed: the engine's seed makes runs repeatable
 
     timed_ids = encode_prompts(tokenizer, wl["prompts"], use_chat)
     warm_ids = encode_prompts(tokenizer, wl["warmup"], use_chat)
