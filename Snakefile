@@ -10,7 +10,7 @@ min_version("9.0")
 # The paper study, unless --configfile names another study (which then replaces it, not extends it).
 if not workflow.overwrite_configfiles:
 
-    configfile: "config/config.yaml"
+    configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
@@ -20,8 +20,8 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         cell_paths(),
         table_paths(),
         figure_paths(),
-    default_target: True

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -15,8 +16,14 @@ import copy  # noqa: E402
 
 import yaml  # noqa: E402
 
-
+# specsweep's own check first, so a bad config gives one line naming the key; then Snakemake's
+# validation against the same schema, which fills the defaults into `config`.
+try:
+    build_study(copy.deepcopy(config))
+except SpecsweepError as exc:
+    sys.exit(f"specsweep: error: {exc}")
 validate(config, schema="../schemas/config.schema.yaml")
+
 
 def _granted_gpus() -> int | None:
     """N of --resources gpu=N (None when not given)."""
@@ -34,6 +41,8 @@ except SpecsweepError as exc:
 RUN = STUDY.run
 CORPUS = "resources/sonnet.txt"
 SPECSWEEP = f"{sys.executable} -m specsweep.cli"
+# With --sdm conda each rule gets the stack of the study's device (envs/ beside workflow/).
+CONDA_ENV = "../../envs/gpu.yaml" if STUDY.device == "gpu" else "../../envs/cpu.yaml"
 
 
 def _effective_config() -> str:
@@ -58,23 +67,43 @@ def existing_cell_paths() -> list[str]:
 
 
 def table_paths() -> list[str]:
-    return [f"results/{RUN}/tables/{name}" for name in ("cells.parquet", "speedup.parquet", "summary.md")]
+    return [
+        f"results/{RUN}/tables/{name}"
+        for name in ("cells.parquet", "speedup.parquet", "summary.md")
+    ]
 
 
-FIGURES = ["fig1_headline", "fig2_r_vs_k_code", "fig3_sonnet_ladder", "fig4_k_alpha", "fig5_model_size", "fig6_gpu_util"]
+FIGURES = [
+    "fig1_headline",
+    "fig2_r_vs_k_code",
+    "fig3_sonnet_ladder",
+    "fig4_k_alpha",
+    "fig5_model_size",
+    "fig6_gpu_util",
+]
 
 
 def figure_paths() -> list[str]:
-    return [f"figures/{RUN}/{f}.{ext}" for f in FIGURES for ext in ("png", "svg")] + [f"figures/{RUN}/manifest.json"]
+    return [f"figures/{RUN}/{f}.{ext}" for f in FIGURES for ext in ("png", "svg")] + [
+        f"figures/{RUN}/manifest.json"
+    ]
 
 
 def model_dir(wildcards) -> list[str]:
     """The built model folder a cell needs (none for models vLLM loads by id)."""
-    return [f"resources/models/{wildcards.model}"] if wildcards.model in BUILT_MODELS else []
+    return (
+        [f"resources/models/{wildcards.model}"]
+        if wildcards.model in BUILT_MODELS
+        else []
+    )
 
 
 def model_arg(wildcards) -> str:
-    return f"--model-path resources/models/{wildcards.model}" if wildcards.model in BUILT_MODELS else ""
+    return (
+        f"--model-path resources/models/{wildcards.model}"
+        if wildcards.model in BUILT_MODELS
+        else ""
+    )
 
 
 def cell_gpus(wildcards) -> int:
@@ -83,11 +112,20 @@ def cell_gpus(wildcards) -> int:
 
 def cell_settings_hash(wildcards) -> str:
     """Changes when anything that defines the cell changes (a params rerun trigger)."""
-    return sha256_obj(STUDY.cell_settings(Cell(wildcards.model, wildcards.workload, wildcards.config)))
+    return sha256_obj(
+        STUDY.cell_settings(Cell(wildcards.model, wildcards.workload, wildcards.config))
+    )
 
 
 def workload_hash(wildcards) -> str:
-    return sha256_obj([STUDY.raw["workloads"], STUDY.raw["seed"], STUDY.raw["warmup_prompts"], STUDY.raw["corpus"]])
+    return sha256_obj(
+        [
+            STUDY.raw["workloads"],
+            STUDY.raw["seed"],
+            STUDY.raw["warmup_prompts"],
+            STUDY.raw["corpus"],
+        ]
+    )
 
 
 wildcard_constraints:

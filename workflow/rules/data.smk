@@ -5,12 +5,15 @@ rule corpus:
         "logs/corpus.log",
     benchmark:
         "benchmarks/corpus.tsv"
+    localrule: True
+    conda:
+        CONDA_ENV
     params:
+        cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
         sha256=STUDY.raw["corpus"]["sha256"],
-    localrule: True
     shell:
-        "{SPECSWEEP} corpus --config {params.config:q} --out {output:q} > {log:q} 2>&1"
+        "{params.cli} corpus --config {params.config:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule workload:
@@ -22,12 +25,15 @@ rule workload:
         "logs/{run}/workloads/{workload}.log",
     benchmark:
         "benchmarks/{run}/workloads/{workload}.tsv"
+    localrule: True
+    conda:
+        CONDA_ENV
     params:
+        cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
         settings=workload_hash,
-    localrule: True
     shell:
-        "{SPECSWEEP} workload --config {params.config:q} --name {wildcards.workload:q} "
+        "{params.cli} workload --config {params.config:q} --name {wildcards.workload:q} "
         "--corpus {input.corpus:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -38,7 +44,10 @@ rule build_model:
         "logs/build_model/{model}.log",
     benchmark:
         "benchmarks/build_model/{model}.tsv"
+    conda:
+        CONDA_ENV
     params:
+        cli=SPECSWEEP,
         dtype=lambda wc: STUDY.models[wc.model].dtype or "float32",
     shell:
-        "{SPECSWEEP} build-model --out {output:q} --dtype {params.dtype:q} > {log:q} 2>&1"
+        "{params.cli} build-model --out {output:q} --dtype {params.dtype:q} > {log:q} 2>&1"

@@ -7,11 +7,15 @@ rule tables:
         f"logs/{RUN}/tables.log",
     benchmark:
         f"benchmarks/{RUN}/tables.tsv"
-    params:
-        config=EFFECTIVE_CONFIG,
     localrule: True
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+        config=EFFECTIVE_CONFIG,
+        out=lambda wc, output: os.path.dirname(output[0]),
     shell:
-        "{SPECSWEEP} tables --config {params.config:q} --out results/{RUN}/tables > {log:q} 2>&1"
+        "{params.cli} tables --config {params.config:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule render_figures:
@@ -23,12 +27,16 @@ rule render_figures:
         f"logs/{RUN}/figures.log",
     benchmark:
         f"benchmarks/{RUN}/figures.tsv"
-    params:
-        config=EFFECTIVE_CONFIG,
     localrule: True
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+        config=EFFECTIVE_CONFIG,
+        tables=lambda wc, input: os.path.dirname(input[0]),
+        out=lambda wc, output: os.path.dirname(output[0]),
     shell:
-        "{SPECSWEEP} figures --config {params.config:q} --tables results/{RUN}/tables "
-        "--out figures/{RUN} > {log:q} 2>&1"
+        "{params.cli} figures --config {params.config:q} --tables {params.tables:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 # `snakemake figures`: tables and figures from the cells that exist now (missing ones are listed, not drawn).
@@ -37,10 +45,15 @@ rule figures:
         existing_cell_paths(),
     log:
         f"logs/{RUN}/figures-partial.log",
-    params:
-        config=EFFECTIVE_CONFIG,
     localrule: True
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+        config=EFFECTIVE_CONFIG,
+        tables=f"results/{RUN}/tables",
+        out=f"figures/{RUN}",
     shell:
-        "({SPECSWEEP} tables --config {params.config:q} --out results/{RUN}/tables && "
-        "{SPECSWEEP} figures --config {params.config:q} --tables results/{RUN}/tables --out figures/{RUN}) "
+        "({params.cli} tables --config {params.config:q} --out {params.tables:q} && "
+        "{params.cli} figures --config {params.config:q} --tables {params.tables:q} --out {params.out:q}) "
         "> {log:q} 2>&1"

@@ -1,0 +1,201 @@
+"""Bad input through the command line and through Snakemake: one line naming the culprit, exit status 2,
+no traceback, and nothing half-written left behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, snakemake, tiny_config
+from specsweep import workloads
+from specsweep.config import build_study
+
+MODEL = "smollm2-135m-instruct"
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specsweep.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def assert_one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specsweep: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def setup(tmp_path, smoke_cfg, sonnet):
+    cfg = tiny_config(smoke_cfg, sonnet, run="err")
+    cfg_path = tmp_path / "err.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    wl = tmp_path / "results/err/workloads/code.json"
+    assert cli("workload", "--config", str(cfg_path), "--name", "code", "--corpus", str(sonnet), "--out", str(wl)).returncode == 0
+    return {"tmp": tmp_path, "cfg": cfg_path, "wl": wl, "study": build_study(cfg)}
+
+
+def test_config_file_missing(tmp_path):
+    assert_one_line(cli("cells", "--config", str(tmp_path / "nope.yaml")), f"config {tmp_path / 'nope.yaml'}: file not found")
+
+
+def test_config_not_yaml(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run: [unclosed\n")
+    assert_one_line(cli("cells", "--config", str(bad)), f"config {bad}: not valid YAML")
+
+
+def test_config_bad_value_via_cli(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    cfg["ladder"]["trident"]["gpu_memory_utilization"] = 1.2
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert_one_line(cli("cells", "--config", str(path)), "ladder.trident.gpu_memory_utilization: must be in (0, 1], got 1.2")
+
+
+def test_config_bad_value_via_snakemake(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    cfg["ladder"]["ngram"]["speculative"]["prompt_lookup_min"] = 9
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake(tmp_path, "-n", "--configfile", str(path), "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert "specsweep: error: config: ladder.ngram.speculative: prompt_lookup_min (9) > prompt_lookup_max (5)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("results/*/cells"))
+
+
+def test_corpus_missing(setup):
+    missing = setup["tmp"] / "no-sonnet.txt"
+    out = setup["tmp"] / "c.txt"
+    assert_one_line(cli("corpus", "--config", str(setup["cfg"]), "--set", f"sonnet_path={missing}", "--out", str(out)),
+                    f"corpus {missing}: file not found")
+    assert not out.exists()
+
+
+def test_corpus_checksum(setup, sonnet):
+    bad = setup["tmp"] / "sonnet-edited.txt"
+    bad.write_text(sonnet.read_text() + "An extra line.\n")
+    out = setup["tmp"] / "c.txt"
+    assert_one_line(cli("corpus", "--config", str(setup["cfg"]), "--set", f"sonnet_path={bad}", "--out", str(out)),
+                    f"corpus {bad}: sha256", "expected d58663195ba6")
+    assert not out.exists()
+
+
+def _run_cell(setup, out: Path, model_path: str, wl: Path | None = None):
+    return cli("run-cell", "--config", str(setup["cfg"]), "--workload-file", str(wl or setup["wl"]),
+               "--out", str(out), "--model-path", model_path)
+
+
+def test_model_path_missing(setup):
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla.json"
+    assert_one_line(_run_cell(setup, out, str(setup["tmp"] / "no-model")), f"model path {setup['tmp'] / 'no-model'}: does not exist")
+    assert not out.exists()
+    failure = json.loads((setup["tmp"] / f"results/err/failures/{MODEL}/code/vanilla.json").read_text())
+    assert failure["error_type"] == "SpecsweepError" and "does not exist" in failure["message"]
+
+
+def test_model_path_without_config(setup):
+    empty = setup["tmp"] / "empty-model"
+    empty.mkdir()
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/ngram.json"
+    assert_one_line(_run_cell(setup, out, str(empty)), f"model path {empty}: has no config.json")
+    assert not out.exists()
+
+
+def test_workload_edited_by_hand(setup):
+    doc = json.loads(setup["wl"].read_text())
+    doc["prompts"][0]["text"] += " (edited)"
+    setup["wl"].write_text(json.dumps(doc))
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla.json"
+    assert_one_line(_run_cell(setup, out, str(setup["tmp"])), f"workload file {setup['wl']}: content hash mismatch")
+    assert not out.exists()
+
+
+def test_cell_path_not_in_matrix(setup):
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/eagle.json"
+    assert_one_line(_run_cell(setup, out, str(setup["tmp"])), f"cell {MODEL}/code/eagle: not part of run 'err'")
+
+
+def test_cell_path_of_other_run(setup):
+    out = setup["tmp"] / f"results/paper/cells/{MODEL}/code/vanilla.json"
+    assert_one_line(_run_cell(setup, out, str(setup["tmp"])), "run 'paper' is not the config's run 'err'")
+
+
+def test_cell_path_malformed(setup):
+    assert_one_line(_run_cell(setup, setup["tmp"] / "vanilla.json", str(setup["tmp"])), "expected .../{run}/cells/")
+
+
+# --- cell JSON fed to aggregation -------------------------------------------------------------------------
+
+REAL_CELL = ROOT / "results/h200-smollm2/cells" / MODEL / "sonnet/vanilla.json"
+
+
+def _tables_with(setup, text: str, where: str = "code/vanilla.json"):
+    path = setup["tmp"] / f"results/err/cells/{MODEL}/{where}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    out = setup["tmp"] / "tables"
+    proc = cli("tables", "--config", str(setup["cfg"]), "--results", str(setup["tmp"] / "results"), "--out", str(out))
+    assert not (out / "cells.parquet").exists()
+    return proc, path
+
+
+def _real_cell(**changes) -> dict:
+    doc = json.loads(REAL_CELL.read_text())
+    doc.update(run="err", workload="code", config="vanilla")
+    for dotted, value in changes.items():
+        node = doc
+        *head, last = dotted.split("__")
+        for k in head:
+            node = node[k]
+        if value is None:
+            del node[last]
+        else:
+            node[last] = value
+    return doc
+
+
+def test_cell_truncated(setup):
+    text = REAL_CELL.read_text()
+    proc, path = _tables_with(setup, text[: len(text) // 2])
+    assert_one_line(proc, f"cell {path}: not valid JSON (truncated or corrupt?)")
+
+
+def test_cell_empty(setup):
+    proc, path = _tables_with(setup, "")
+    assert_one_line(proc, f"cell {path}: file is empty")
+
+
+def test_cell_not_json(setup):
+    proc, path = _tables_with(setup, "model: smollm2\nthroughput: fast\n")
+    assert_one_line(proc, f"cell {path}: not valid JSON")
+
+
+def test_cell_schema_invalid(setup):
+    proc, path = _tables_with(setup, json.dumps(_real_cell(tokens__output_tok_s=None)))
+    assert_one_line(proc, f"cell {path}: tokens: 'output_tok_s' is a required property")
+
+
+def test_cell_wrong_units(setup):
+    proc, path = _tables_with(setup, json.dumps(_real_cell(units__time="ms")))
+    assert_one_line(proc, f"cell {path}: units.time: 's' was expected")
+
+
+def test_cell_negative_throughput(setup):
+    proc, path = _tables_with(setup, json.dumps(_real_cell(tokens__output_tok_s=-5.0)))
+    assert_one_line(proc, f"cell {path}: tokens.output_tok_s: -5.0 is less than or equal to the minimum of 0")
+
+
+def test_cell_at_the_wrong_path(setup):
+    """A cell copied to another cell's path (here: a vanilla cell saved as ngram) is refused."""
+    proc, path = _tables_with(setup, json.dumps(_real_cell()), where="code/ngram.json")
+    assert_one_line(proc, f"cell {path}: holds {MODEL}/code/vanilla of run err, but its path says {MODEL}/code/ngram")
