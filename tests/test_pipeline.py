@@ -152,3 +152,59 @@ def test_rerun_one_cell_by_path(tiny_run):
     proc = snakemake(work, "-n", "--configfile", str(tiny_run["config"]), "--cores", "1", "--rerun-triggers", "mtime")
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
     assert "cell" not in jobs and jobs.get("tables") == "1"
+
+
+def test_kill_9_then_rerun_loses_nothing(tiny_run):
+    """kill -9 the whole Snakemake run in the middle of a real cell, then rerun: the cell completes, no other
+    cell is redone, none is lost or duplicated, nothing half-written is left."""
+    import signal
+    import time
+
+    work = tiny_run["work"]
+    target = f"results/tiny/cells/{MODEL}/code/suffix.json"
+    before = _mtimes(work)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work), target,
+           "--configfile", str(tiny_run["config"]), "--cores", "1", "--force"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = work / f"logs/tiny/cells/{MODEL}/code/suffix.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "Initializing" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.5)
+    assert proc.poll() is None, "the cell finished before it could be killed"
+    time.sleep(3)  # inside vLLM's engine start
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    cell_dir = work / f"results/tiny/cells/{MODEL}/code"
+    assert not (work / target).exists()
+    assert not [p for p in cell_dir.iterdir() if p.name.startswith(".")]  # no temporary file left
+    snakemake(work, "--unlock", "--configfile", str(tiny_run["config"]))
+    snakemake(work, "--configfile", str(tiny_run["config"]), "--cores", "1")
+    after = _mtimes(work)
+    assert sorted(after) == sorted(before)  # same cells, none lost, none duplicated
+    assert after[target] > before[target]
+    assert {k: v for k, v in after.items() if k != target} == {k: v for k, v in before.items() if k != target}
+    cells.load(work / target, expect=("tiny", MODEL, "code", "suffix"))
+
+
+def test_config_strings_never_reach_a_shell(tmp_path, smoke_cfg, sonnet):
+    """A model id with spaces and `;` is data: it is written to the effective config, never into a command."""
+    cfg = dict(smoke_cfg)
+    cfg["sonnet_path"] = str(sonnet)
+    pwned = tmp_path / "pwned"
+    cfg["models"] = [{"name": "m", "hf_id": f"org/model; touch {pwned}", "params_b": 1.0, "tp": 1}]
+    cfg["headline_model"] = "m"
+    cfg["groups"] = {"g": {"models": ["m"], "workloads": ["code"], "configs": ["vanilla"]}}
+    path = tmp_path / "c.yaml"
+    path.write_text(__import__("yaml").safe_dump(cfg))
+    proc = snakemake(tmp_path, "-n", "-p", "--configfile", str(path), "--cores", "1")
+    assert "touch" not in proc.stdout and not pwned.exists()
+    bad = dict(cfg, models=[dict(cfg["models"][0], name="m; touch x")])
+    path.write_text(__import__("yaml").safe_dump(bad))
+    proc = snakemake(tmp_path, "-n", "--configfile", str(path), "--cores", "1", check=False)
+    assert proc.returncode != 0 and "models[0].name: 'm; touch x' does not match" in proc.stderr
+
+
+def test_slurm_profile_dry_run(tmp_path):
+    proc = snakemake(tmp_path, "-n", "--profile", str(ROOT / "profiles/slurm"), "--config", "sonnet_path=/nonexistent")
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert counts["cell"] == "156"

@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import cells, metrics, provenance, workloads
+from . import cells, metrics, provenance, slots, workloads
 from .config import Cell, Study
 from .errors import SpecsweepError
 from .jsonio import atomic_write_json, sha256_obj
@@ -158,6 +158,7 @@ def _measure(study: Study, cell: Cell, workload_path: Path, out_path: Path, mode
     spec = study.models[cell.model]
     model = resolve_model(study, cell, model_path)
     kwargs = engine_kwargs(study, cell, model)
+    gpu_slots = slots.claim_for_cell(spec.tp, study.device)
 
     from vllm import LLM, SamplingParams  # imported late: env above must be in place first
     from vllm.inputs import TokensPrompt
@@ -260,6 +261,7 @@ def _measure(study: Study, cell: Cell, workload_path: Path, out_path: Path, mode
             "host": socket.gethostname(),
             "platform": __import__("platform").platform(),
             "harness": "specsweep.runner (vllm.LLM.generate, offline)",
+            "gpu_slots": gpu_slots,
             "git": provenance.git_state(),
             "started": started,
             "finished": provenance.utc_now(),
