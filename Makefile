@@ -8,7 +8,7 @@ STAMP := $(VENV)/.specsweep-installed
 SONNET ?= $(wildcard ../shared/data/sonnet.txt)
 SNAKE_CONFIG := $(if $(SONNET),--config sonnet_path=$(abspath $(SONNET)),)
 
-.PHONY: install demo test lint figures clean-demo
+.PHONY: install demo test lint figures clean-demo chromium
 
 $(STAMP): pyproject.toml workflow/scripts/install-cpu.sh
 	bash workflow/scripts/install-cpu.sh $(VENV)
@@ -19,7 +19,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/snakemake --profile profiles/cpu $(SNAKE_CONFIG)
 
-test: $(STAMP)
+# Debian's chromium: the report test opens the Snakemake report in it, headless.
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) chromium
 	SPECSWEEP_SONNET=$(abspath $(SONNET)) $(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -62,15 +62,17 @@ def cell_paths() -> list[str]:
     return [str(c.path(RUN)) for c in STUDY.cells]
 
 
-def existing_cell_paths() -> list[str]:
-    return [p for p in cell_paths() if Path(p).is_file()]
-
-
 def table_paths() -> list[str]:
     return [
         f"results/{RUN}/tables/{name}"
-        for name in ("cells.parquet", "speedup.parquet", "summary.md")
+        for name in ("cells.parquet", "speedup.parquet", "summary.md", "cells.csv")
     ]
+
+
+def reported_table_paths() -> list:
+    """The tables, with the CSV in the Snakemake report."""
+    *rest, csv = table_paths()
+    return rest + [report(csv, category="Tables", labels={"table": "all cells"})]
 
 
 FIGURES = [
@@ -84,9 +86,31 @@ FIGURES = [
 
 
 def figure_paths() -> list[str]:
-    return [f"figures/{RUN}/{f}.{ext}" for f in FIGURES for ext in ("png", "svg")] + [
-        f"figures/{RUN}/manifest.json"
-    ]
+    return (
+        [f"figures/{RUN}/{f}.{ext}" for f in FIGURES for ext in ("png", "svg")]
+        + [f"figures/{RUN}/captions/{f}.rst" for f in FIGURES]
+        + [f"figures/{RUN}/manifest.json"]
+    )
+
+
+# The report() function; a line that starts with `report` would be parsed as the directive.
+in_report = report
+
+
+def reported_figure_paths() -> list:
+    """The figures, each PNG in the Snakemake report with its caption (RST written with the numbers)."""
+    out = []
+    for path in figure_paths():
+        if path.endswith(".png"):
+            name = Path(path).stem
+            caption = os.path.abspath(f"figures/{RUN}/captions/{name}.rst")
+            flagged = in_report(
+                path, caption=caption, category="Figures", labels={"figure": name}
+            )
+            out.append(flagged)
+        else:
+            out.append(path)
+    return out
 
 
 def model_dir(wildcards) -> list[str]:

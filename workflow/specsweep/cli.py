@@ -125,10 +125,12 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
+    from .captions import write_captions
     from .figures import render_all
 
     study = _study(args)
     render_all(Path(args.tables), Path(args.out), study.raw["headline_model"], study.run)
+    write_captions(Path(args.tables), study.raw["headline_model"], Path(args.out) / "captions")
     return 0
 
 
