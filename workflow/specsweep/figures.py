@@ -418,11 +418,16 @@ class _Ctx:
         return True
 
 
+def _vanilla_vs_trident(ctx: _Ctx) -> tuple[list[str], tuple[str, str], _Needs]:
+    """The headline model's workloads, the two configs compared, and the cells that needs (figures 1 and 6)."""
+    workloads = ctx.data.workloads(ctx.model, canonical_all=True)
+    series = ("vanilla", "trident")
+    return workloads, series, _Needs.of(ctx.data, _grid([ctx.model], workloads, series))
+
+
 def _fig1_headline(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
-    workloads = data.workloads(model, canonical_all=True)
-    series = ("vanilla", "trident")
-    needs = _Needs.of(data, _grid([model], workloads, series))
+    workloads, series, needs = _vanilla_vs_trident(ctx)
     title = f"{model}: vanilla vs trident (suffix + PIECEWISE)"
     with ctx.figure("fig1_headline", needs, (9.0, 4.8), 1, title) as (ax,):
         if ctx.headline_absent(needs, [ax]):
@@ -593,9 +598,7 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
 
 def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
-    workloads = data.workloads(model, canonical_all=True)
-    series = ("vanilla", "trident")
-    needs = _Needs.of(data, _grid([model], workloads, series))
+    workloads, series, needs = _vanilla_vs_trident(ctx)
     title = f"{model}: GPU utilisation, throughput and wall time, vanilla vs trident"
     panels = (
         ("gpu_util_mean", "GPU utilisation (mean %)", "a) GPU utilisation"),
