@@ -199,3 +199,19 @@ def test_cell_at_the_wrong_path(setup):
     """A cell copied to another cell's path (here: a vanilla cell saved as ngram) is refused."""
     proc, path = _tables_with(setup, json.dumps(_real_cell()), where="code/ngram.json")
     assert_one_line(proc, f"cell {path}: holds {MODEL}/code/vanilla of run err, but its path says {MODEL}/code/ngram")
+
+
+def test_failed_cell_is_listed_by_the_tables(setup):
+    """A cell that failed leaves a failure record; the tables list it as failed, with its error, not as data."""
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/suffix.json"
+    assert_one_line(_run_cell(setup, out, str(setup["tmp"] / "gone")), "does not exist")
+    tables_dir = setup["tmp"] / "tables"
+    proc = cli("tables", "--config", str(setup["cfg"]), "--results", str(setup["tmp"] / "results"), "--out", str(tables_dir))
+    assert proc.returncode == 0, proc.stderr
+    import pyarrow.parquet as pq
+
+    rows = {r["config"]: r for r in pq.read_table(tables_dir / "cells.parquet").to_pylist()}
+    assert rows["suffix"]["status"] == "failed" and "SpecsweepError: model path" in rows["suffix"]["error"]
+    assert rows["suffix"]["output_tok_s"] is None
+    assert rows["vanilla"]["status"] == "missing"
+    assert "## Failed cells" in (tables_dir / "summary.md").read_text()
