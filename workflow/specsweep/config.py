@@ -9,7 +9,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import yaml
@@ -19,8 +19,6 @@ from .errors import SpecsweepError
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 BASE_KINDS = ("sonnet", "chat", "code")
 SPEC_METHODS = ("ngram", "suffix")
-#: Engine keys the ladder varies on purpose; every other engine setting must match across compared cells.
-VARIED_KEYS = ("gpu_memory_utilization", "speculative", "compilation")
 
 
 @dataclass(frozen=True)
@@ -100,9 +98,6 @@ class Study:
     @property
     def sampling(self) -> dict[str, Any]:
         return self.raw["sampling"]
-
-    def model_of(self, cell: Cell) -> ModelSpec:
-        return self.models[cell.model]
 
     def cell(self, model: str, workload: str, config: str) -> Cell:
         c = Cell(model, workload, config)
@@ -320,7 +315,3 @@ def check_gpu_budget(study: Study, gpus: int | None) -> None:
             raise SpecsweepError(
                 f"config: models ({m.name}).tp: {m.tp} exceeds the {gpus} GPU(s) given by --resources gpu={gpus}"
             )
-
-
-def iter_cells(study: Study) -> Iterator[Cell]:
-    return iter(study.cells)

@@ -12,10 +12,9 @@ a red box on the figure and in the manifest.
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
-import tempfile
 import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -35,6 +34,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
+
+from .jsonio import atomic_write_bytes  # noqa: E402
 
 __all__ = ["render_all", "WORKLOADS", "CONFIGS"]
 
@@ -357,16 +358,10 @@ def _group_color(group: str, _: str) -> str:
 
 
 def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write via ``write(fileobj)`` to a temp file in the same directory, then rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Render via ``write(fileobj)`` into memory, then write the bytes atomically (temp file + rename)."""
+    buf = io.BytesIO()
+    write(buf)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def _save(fig: Figure, out_dir: Path, stem: str) -> None:

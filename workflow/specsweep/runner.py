@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import socket
 import time
 import traceback
@@ -259,7 +260,7 @@ def _measure(study: Study, cell: Cell, workload_path: Path, out_path: Path, mode
             "versions": provenance.versions(),
             "device": device | {"driver": gpu["driver"] if gpu else (sampler.driver if sampler.available else None)},
             "host": socket.gethostname(),
-            "platform": __import__("platform").platform(),
+            "platform": platform.platform(),
             "harness": "specsweep.runner (vllm.LLM.generate, offline)",
             "gpu_slots": gpu_slots,
             "git": provenance.git_state(),
