@@ -16,14 +16,6 @@ import copy  # noqa: E402
 
 import yaml  # noqa: E402
 
-# specsweep's own check first, so a bad config gives one line naming the key; then Snakemake's
-# validation against the same schema, which fills the defaults into `config`.
-try:
-    build_study(copy.deepcopy(config))
-except SpecsweepError as exc:
-    sys.exit(f"specsweep: error: {exc}")
-validate(config, schema="../schemas/config.schema.yaml")
-
 
 def _granted_gpus() -> int | None:
     """N of --resources gpu=N (None when not given)."""
@@ -32,11 +24,14 @@ def _granted_gpus() -> int | None:
     return int(value) if isinstance(value, (int, float)) else None
 
 
+# specsweep's own check first (schema + semantics), so a bad config gives one line naming the key; then
+# Snakemake's validation against the same schema, which fills the defaults into `config` itself.
 try:
     STUDY = build_study(copy.deepcopy(config))
     check_gpu_budget(STUDY, _granted_gpus())
 except SpecsweepError as exc:
     sys.exit(f"specsweep: error: {exc}")
+validate(config, schema="../schemas/config.schema.yaml")
 
 RUN = STUDY.run
 CORPUS = "resources/sonnet.txt"

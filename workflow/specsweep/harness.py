@@ -6,23 +6,19 @@ ignore_eos, so the cell to compare is run with ``sampling: {temperature: 1.0, ig
 from __future__ import annotations
 
 import inspect
-import os
 from pathlib import Path
 from typing import Any
 
-from . import provenance, workloads
+from . import provenance
 from .config import Cell, Study
 from .jsonio import atomic_write_json
-from .runner import encode_prompts, engine_kwargs, resolve_model
+from .runner import encode_prompts, prepare, uses_chat
 
 
 def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_path: str | None) -> dict[str, Any]:
-    for key, value in study.raw["env"].items():
-        os.environ[key] = value
-    wl = workloads.load(workload_path)
+    prep = prepare(study, cell, workload_path, model_path)
+    wl, model, kwargs = prep.workload, prep.model, prep.kwargs
     spec = study.models[cell.model]
-    model = resolve_model(study, cell, model_path)
-    kwargs = engine_kwargs(study, cell, model)
 
     from transformers import AutoTokenizer
     from vllm.benchmarks.datasets import SampleRequest
@@ -30,7 +26,7 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
     from vllm.engine.arg_utils import EngineArgs
 
     tok = AutoTokenizer.from_pretrained(model, trust_remote_code=spec.trust_remote_code)
-    use_chat = bool(spec.chat_template and getattr(tok, "chat_template", None))
+    use_chat = uses_chat(spec, tok)
 
     def requests(items: list[dict[str, Any]]) -> list[Any]:
         ids = encode_prompts(tok, items, use_chat)
@@ -55,6 +51,7 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
         "output_tok_s": output_tokens / elapsed,
         "total_tok_s": (input_tokens + output_tokens) / elapsed,
         "engine_kwargs": {k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
+        "gpu_slots": prep.gpu_slots,
         "versions": provenance.versions(),
         "started": started,
         "finished": provenance.utc_now(),

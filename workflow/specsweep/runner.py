@@ -9,11 +9,12 @@ import platform
 import socket
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import cells, metrics, provenance, slots, workloads
-from .config import Cell, Study
+from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
 from .jsonio import atomic_write_json, sha256_obj
 from .telemetry import GpuSampler
@@ -149,17 +150,39 @@ def run_cell(study: Study, cell: Cell, workload_path: Path, out_path: Path, mode
     return doc
 
 
-def _measure(study: Study, cell: Cell, workload_path: Path, out_path: Path, model_path: str | None,
-             started: str) -> dict[str, Any]:
+@dataclass
+class Prepared:
+    """What a cell needs before vLLM is imported (shared by the runner and the fidelity harness)."""
+
+    workload: dict[str, Any]
+    model: str
+    kwargs: dict[str, Any]
+    gpu_slots: dict[str, object]
+
+
+def prepare(study: Study, cell: Cell, workload_path: Path, model_path: str | None) -> Prepared:
+    """Set the cell's environment, load and check its workload, resolve its model, claim its GPUs."""
     for key, value in study.raw["env"].items():
         os.environ[key] = value
     wl = workloads.load(workload_path)
     if wl["name"] != cell.workload:
         raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
-    spec = study.models[cell.model]
     model = resolve_model(study, cell, model_path)
     kwargs = engine_kwargs(study, cell, model)
-    gpu_slots = slots.claim_for_cell(spec.tp, study.device)
+    gpu_slots = slots.claim_for_cell(study.models[cell.model].tp, study.device)
+    return Prepared(wl, model, kwargs, gpu_slots)
+
+
+def uses_chat(spec: ModelSpec, tokenizer: Any) -> bool:
+    """Prompts go through the chat template when the model entry allows it and the tokenizer has one."""
+    return bool(spec.chat_template and getattr(tokenizer, "chat_template", None))
+
+
+def _measure(study: Study, cell: Cell, workload_path: Path, out_path: Path, model_path: str | None,
+             started: str) -> dict[str, Any]:
+    prep = prepare(study, cell, workload_path, model_path)
+    wl, model, kwargs, gpu_slots = prep.workload, prep.model, prep.kwargs, prep.gpu_slots
+    spec = study.models[cell.model]
 
     from vllm import LLM, SamplingParams  # imported late: env above must be in place first
     from vllm.inputs import TokensPrompt
@@ -169,7 +192,7 @@ def _measure(study: Study, cell: Cell, workload_path: Path, out_path: Path, mode
     engine_start_s = time.perf_counter() - t0
 
     tokenizer = llm.get_tokenizer()
-    use_chat = bool(spec.chat_template and getattr(tokenizer, "chat_template", None))
+    use_chat = uses_chat(spec, tokenizer)
     sampling = study.sampling
 
     def params(items: list[dict[str, Any]]) -> list[Any]:
