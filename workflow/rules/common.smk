@@ -1,4 +1,5 @@
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -9,6 +10,8 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from specsweep.config import build_study, check_gpu_budget, Cell  # noqa: E402
+from specsweep import paths  # noqa: E402
+from specsweep.tables import table_files  # noqa: E402
 from specsweep.errors import SpecsweepError  # noqa: E402
 from specsweep.jsonio import atomic_write_bytes, sha256_obj  # noqa: E402
 
@@ -41,9 +44,10 @@ CONDA_ENV = "../../envs/gpu.yaml" if STUDY.device == "gpu" else "../../envs/cpu.
 
 
 def _effective_config() -> str:
-    """The validated config (defaults and --config overrides applied), written only when it changes."""
-    path = Path("results") / RUN / "config.effective.yaml"
+    """The validated config (defaults and --config overrides applied), content-addressed outside results/:
+    a dry run writes nothing under results/, and two configs of one run name never overwrite each other."""
     text = yaml.safe_dump(STUDY.raw, sort_keys=True).encode()
+    path = Path(".snakemake") / "specsweep" / f"config-{sha256_obj(STUDY.raw)[:16]}.yaml"
     if not path.is_file() or path.read_bytes() != text:
         atomic_write_bytes(path, text)
     return str(path)
@@ -53,21 +57,62 @@ EFFECTIVE_CONFIG = _effective_config()
 BUILT_MODELS = [m.name for m in STUDY.models.values() if m.build]
 
 
+SCHEDULE = STUDY.schedule()
+# Snakemake runs the highest priority first: the schedule's order (cells of one engine adjacent, ladder steps
+# rotated per repeat).
+PRIORITY = {
+    (c.model, c.workload, c.config, r): len(SCHEDULE) - i
+    for i, (c, r) in enumerate(SCHEDULE)
+}
+
+# Inputs (corpus, workloads, models) before any cell: a cell must never wait on the next workload's file
+# while the engine that would measure it idles.
+FIRST = len(SCHEDULE) + 100
+
+
 def cell_paths() -> list[str]:
-    return [str(c.path(RUN)) for c in STUDY.cells]
+    return [
+        str(
+            paths.measurement(
+                "results", paths.Key(RUN, c.model, c.workload, c.config, r)
+            )
+        )
+        for c, r in SCHEDULE
+    ]
+
+
+def cell_priority(wildcards) -> int:
+    return PRIORITY.get(
+        (
+            wildcards.model,
+            wildcards.workload,
+            wildcards.config,
+            int(wildcards.repeat),
+        ),
+        0,
+    )
+
+
+def workload_file(wildcards) -> str:
+    """The workload file a cell reads: its name carries the hash of everything it is made from, so a changed
+    workload config gives a new file (made before any cell uses it), never a stale one."""
+    return f"results/{RUN}/workloads/{wildcards.workload}.{WORKLOAD_HASH[wildcards.workload]}.json"
 
 
 def table_paths() -> list[str]:
-    return [
-        f"results/{RUN}/tables/{name}"
-        for name in ("cells.parquet", "speedup.parquet", "summary.md", "cells.csv")
-    ]
+    return [f"results/{RUN}/tables/{name}" for name in table_files()]
 
 
 def reported_table_paths() -> list:
     """The tables, with the CSV in the Snakemake report."""
-    *rest, csv = table_paths()
-    return rest + [report(csv, category="Tables", labels={"table": "all cells"})]
+    return [
+        (
+            report(p, category="Tables", labels={"table": Path(p).stem})
+            if p.endswith((".csv", "claims.md"))
+            else p
+        )
+        for p in table_paths()
+    ]
 
 
 FIGURES = [
@@ -136,19 +181,38 @@ def cell_settings_hash(wildcards) -> str:
     )
 
 
-def workload_hash(wildcards) -> str:
+def _workload_hash(name: str) -> str:
+    spec = STUDY.raw["workloads"][name]
+    parts = {p: STUDY.raw["workloads"][p] for p in (spec.get("parts") or {})}
     return sha256_obj(
         [
-            STUDY.raw["workloads"],
+            spec,
+            parts,
             STUDY.raw["seed"],
             STUDY.raw["warmup_prompts"],
-            STUDY.raw["corpus"],
+            STUDY.raw["corpus"]["sha256"],
         ]
-    )
+    )[:12]
+
+
+WORKLOAD_HASH = {name: _workload_hash(name) for name in STUDY.workloads}
+# The Snakemake scheduler's own pid: a cell job writes nothing when it has died (kill -9 of Snakemake).
+SCHEDULER_PID = os.getpid()
 
 
 wildcard_constraints:
-    run=RUN,
-    model="|".join(STUDY.models),
-    workload="|".join(STUDY.workloads),
-    config="|".join(STUDY.ladder),
+    run=re.escape(RUN),
+    model="|".join(map(re.escape, STUDY.models)),
+    workload="|".join(map(re.escape, STUDY.workloads)),
+    config="|".join(map(re.escape, STUDY.ladder)),
+    repeat="[1-9][0-9]*",
+    whash="[0-9a-f]{12}",
+
+
+# The engine hosts of this folder end with the workflow (they also end on their own when idle).
+onsuccess:
+    shell(f"{SPECSWEEP} engines --stop")
+
+
+onerror:
+    shell(f"{SPECSWEEP} engines --stop")

@@ -6,6 +6,7 @@ rule corpus:
     benchmark:
         "benchmarks/corpus.tsv"
     localrule: True
+    priority: FIRST
     conda:
         CONDA_ENV
     params:
@@ -20,18 +21,18 @@ rule workload:
     input:
         corpus=CORPUS,
     output:
-        "results/{run}/workloads/{workload}.json",
+        "results/{run}/workloads/{workload}.{whash}.json",
     log:
-        "logs/{run}/workloads/{workload}.log",
+        "logs/{run}/workloads/{workload}.{whash}.log",
     benchmark:
-        "benchmarks/{run}/workloads/{workload}.tsv"
+        "benchmarks/{run}/workloads/{workload}.{whash}.tsv"
     localrule: True
+    priority: FIRST
     conda:
         CONDA_ENV
     params:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
-        settings=workload_hash,
     shell:
         "{params.cli} workload --config {params.config:q} --name {wildcards.workload:q} "
         "--corpus {input.corpus:q} --out {output:q} > {log:q} 2>&1"
@@ -44,6 +45,7 @@ rule build_model:
         "logs/build_model/{model}.log",
     benchmark:
         "benchmarks/build_model/{model}.tsv"
+    priority: FIRST
     conda:
         CONDA_ENV
     params:
