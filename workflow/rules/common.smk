@@ -55,6 +55,8 @@ def _effective_config() -> str:
 
 EFFECTIVE_CONFIG = _effective_config()
 BUILT_MODELS = [m.name for m in STUDY.models.values() if m.build]
+# Hugging Face models pinned at a revision: rule fetch_model puts them in resources/models/{model}.
+FETCHED_MODELS = [m.name for m in STUDY.models.values() if m.revision]
 
 
 SCHEDULE = STUDY.schedule()
@@ -154,18 +156,17 @@ def reported_figure_paths() -> list:
 
 
 def model_dir(wildcards) -> list[str]:
-    """The built model folder a cell needs (none for models vLLM loads by id)."""
-    return (
-        [f"resources/models/{wildcards.model}"]
-        if wildcards.model in BUILT_MODELS
-        else []
-    )
+    """The model folder a cell needs: built (build_model) or fetched (fetch_model) under resources/models/, or
+    the local folder its hf_id names."""
+    if wildcards.model in BUILT_MODELS or wildcards.model in FETCHED_MODELS:
+        return [f"resources/models/{wildcards.model}"]
+    return [os.path.expanduser(STUDY.models[wildcards.model].hf_id)]
 
 
 def model_arg(wildcards) -> str:
     return (
         f"--model-path resources/models/{wildcards.model}"
-        if wildcards.model in BUILT_MODELS
+        if wildcards.model in BUILT_MODELS or wildcards.model in FETCHED_MODELS
         else ""
     )
 

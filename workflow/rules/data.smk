@@ -1,3 +1,6 @@
+from specsweep.fetch import names_regex, stale_fetches
+
+
 rule corpus:
     output:
         CORPUS,
@@ -38,6 +41,16 @@ rule workload:
         "--corpus {input.corpus:q} --out {output:q} > {log:q} 2>&1"
 
 
+# A fetched folder at another revision than the config pins would look up to date to Snakemake (mtime):
+# refused here, at parse time, with one line.
+try:
+    stale_fetches(
+        {n: (STUDY.models[n].hf_id, STUDY.models[n].revision) for n in FETCHED_MODELS}
+    )
+except SpecsweepError as exc:
+    sys.exit(f"specsweep: error: {exc}")
+
+
 rule build_model:
     output:
         directory("resources/models/{model}"),
@@ -46,6 +59,8 @@ rule build_model:
     benchmark:
         "benchmarks/build_model/{model}.tsv"
     priority: FIRST
+    wildcard_constraints:
+        model=names_regex(BUILT_MODELS),
     conda:
         CONDA_ENV
     params:
@@ -53,3 +68,27 @@ rule build_model:
         dtype=lambda wc: STUDY.models[wc.model].dtype or "float32",
     shell:
         "{params.cli} build-model --out {output:q} --dtype {params.dtype:q} > {log:q} 2>&1"
+
+
+# A Hugging Face model at its pinned revision: a CPU job without the gpu resource, run where Snakemake runs
+# (localrule: on a cluster that is the login node, which has the network), atomic and resumable. Its token is
+# the environment's HF_TOKEN (or `hf auth login`); the model id and revision come from the config, not the shell.
+rule fetch_model:
+    output:
+        directory("resources/models/{model}"),
+    log:
+        "logs/fetch_model/{model}.log",
+    benchmark:
+        "benchmarks/fetch_model/{model}.tsv"
+    wildcard_constraints:
+        model=names_regex(FETCHED_MODELS),
+    localrule: True
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+        config=EFFECTIVE_CONFIG,
+        revision=lambda wc: STUDY.models[wc.model].revision,
+    shell:
+        "{params.cli} fetch-model --config {params.config:q} --name {wildcards.model:q} "
+        "--out {output:q} > {log:q} 2>&1"

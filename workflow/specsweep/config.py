@@ -15,6 +15,7 @@ import jsonschema
 import yaml
 
 from .errors import SpecsweepError
+from .fetch import hub_url, is_hub_id
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 BASE_KINDS = ("sonnet", "chat", "code")
@@ -27,6 +28,7 @@ class ModelSpec:
     params_b: float
     tp: int
     hf_id: str | None = None
+    revision: str | None = None
     build: str | None = None
     chat_template: bool = True
     trust_remote_code: bool = False
@@ -245,6 +247,17 @@ def _check_models(study: Study, source: str) -> None:
         tp = m["tp"]
         if tp < 1 or tp & (tp - 1):
             raise SpecsweepError(f"{source}: {key}.tp: {tp} is not a power of two")
+        hub = m.get("hf_id") is not None and is_hub_id(m["hf_id"])
+        if hub and not m.get("revision"):
+            raise SpecsweepError(
+                f"{source}: {key}.revision: required for the Hugging Face model '{m['hf_id']}': pin the repo's "
+                f"commit sha (40 hex digits, see {hub_url(m['hf_id'])}/commits/main)"
+            )
+        if m.get("revision") and not hub:
+            raise SpecsweepError(
+                f"{source}: {key}.revision: only a Hugging Face id is fetched at a revision, not a "
+                f"{'built model' if m.get('build') else 'local folder'}"
+            )
         study.models[m["name"]] = ModelSpec(**m)
 
 
