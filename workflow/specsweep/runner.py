@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cells, metrics, provenance, slots, workloads
+from .architectures import engine_overrides, is_dummy
 from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
 from .jsonio import atomic_write_json, sha256_obj
@@ -25,6 +26,8 @@ FORMAT = "specsweep-cell/1"
 def resolve_model(study: Study, cell: Cell, model_path: str | None) -> str:
     """The model argument for vLLM: a checked local directory, or the Hugging Face id."""
     spec = study.models[cell.model]
+    if is_dummy(spec) and model_path is None:
+        raise SpecsweepError(f"model {spec.name}: weights: dummy needs --model-path (built by the dummy_model rule)")
     source = model_path or spec.hf_id
     if source is None:
         raise SpecsweepError(f"model {spec.name}: built by '{spec.build}' but no --model-path was given")
@@ -59,6 +62,7 @@ def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
         kw["speculative_config"] = dict(step["speculative"])
     if step["compilation"]:
         kw["compilation_config"] = dict(step["compilation"])
+    kw.update(engine_overrides(spec))  # weights: dummy -> load_format="dummy"
     return kw
 
 
