@@ -54,7 +54,10 @@ def _effective_config() -> str:
 
 
 EFFECTIVE_CONFIG = _effective_config()
-BUILT_MODELS = [m.name for m in STUDY.models.values() if m.build]
+# Models built locally under resources/models/ (by a recipe, build; or without weights, weights dummy).
+BUILT_MODELS = [
+    m.name for m in STUDY.models.values() if m.build or m.weights == "dummy"
+]
 # Hugging Face models pinned at a revision: rule fetch_model puts them in resources/models/{model}.
 FETCHED_MODELS = [m.name for m in STUDY.models.values() if m.revision]
 
@@ -101,20 +104,22 @@ def workload_file(wildcards) -> str:
     return f"results/{RUN}/workloads/{wildcards.workload}.{WORKLOAD_HASH[wildcards.workload]}.json"
 
 
+# The report() function; a line that starts with `report` would be parsed as the directive.
+in_report = report
+
+
 def table_paths() -> list[str]:
     return [f"results/{RUN}/tables/{name}" for name in table_files()]
 
 
 def reported_table_paths() -> list:
     """The tables, with the CSV in the Snakemake report."""
-    return [
-        (
-            report(p, category="Tables", labels={"table": Path(p).stem})
-            if p.endswith((".csv", "claims.md"))
-            else p
-        )
-        for p in table_paths()
-    ]
+    out = []
+    for path in table_paths():
+        if path.endswith((".csv", "claims.md")):
+            path = in_report(path, category="Tables", labels={"table": Path(path).stem})
+        out.append(path)
+    return out
 
 
 FIGURES = [
@@ -135,8 +140,6 @@ def figure_paths() -> list[str]:
     )
 
 
-# The report() function; a line that starts with `report` would be parsed as the directive.
-in_report = report
 
 
 def reported_figure_paths() -> list:

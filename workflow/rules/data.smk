@@ -50,6 +50,16 @@ try:
 except SpecsweepError as exc:
     sys.exit(f"specsweep: error: {exc}")
 
+# Models built by a recipe (build:) and models without weights (weights: dummy) share the output pattern
+# resources/models/{model}; each rule is constrained to its own models.
+RECIPE_MODELS = [m.name for m in STUDY.models.values() if m.build]
+DUMMY_MODELS = [m.name for m in STUDY.models.values() if m.weights == "dummy"]
+# SmolLM2-135M-Instruct's tokenizer alone: the tokenizer of every dummy model.
+DUMMY_TOKENIZER = "resources/tokenizers/smollm2-135m-instruct"
+NO_MATCH = "(?!)"
+# The architectures live in the repository (absolute: the working directory may be elsewhere, -d).
+ARCHITECTURES = os.path.join(workflow.basedir, "config", "architectures")
+
 
 rule build_model:
     output:
@@ -60,7 +70,7 @@ rule build_model:
         "benchmarks/build_model/{model}.tsv"
     priority: FIRST
     wildcard_constraints:
-        model=names_regex(BUILT_MODELS),
+        model="|".join(RECIPE_MODELS) or NO_MATCH,
     conda:
         CONDA_ENV
     params:
@@ -83,6 +93,7 @@ rule fetch_model:
     wildcard_constraints:
         model=names_regex(FETCHED_MODELS),
     localrule: True
+    priority: FIRST
     conda:
         CONDA_ENV
     params:
@@ -92,3 +103,48 @@ rule fetch_model:
     shell:
         "{params.cli} fetch-model --config {params.config:q} --name {wildcards.model:q} "
         "--out {output:q} > {log:q} 2>&1"
+
+
+# SmolLM2-135M-Instruct's tokenizer alone (no weights): the tokenizer of every weights: dummy model.
+rule dummy_tokenizer:
+    output:
+        directory(DUMMY_TOKENIZER),
+    log:
+        "logs/build_model/dummy_tokenizer.log",
+    benchmark:
+        "benchmarks/build_model/dummy_tokenizer.tsv"
+    localrule: True
+    priority: FIRST
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+    shell:
+        "{params.cli} build-tokenizer --out {output:q} > {log:q} 2>&1"
+
+
+rule dummy_model:
+    input:
+        tokenizer=DUMMY_TOKENIZER,
+        architecture=lambda wc: os.path.join(
+            ARCHITECTURES, STUDY.models[wc.model].architecture, "config.json"
+        ),
+    output:
+        directory("resources/models/{model}"),
+    log:
+        "logs/build_model/{model}.log",
+    benchmark:
+        "benchmarks/build_model/{model}.tsv"
+    wildcard_constraints:
+        model="|".join(DUMMY_MODELS) or NO_MATCH,
+    localrule: True
+    priority: FIRST
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+        architecture=lambda wc: STUDY.models[wc.model].architecture,
+        root=ARCHITECTURES,
+    shell:
+        "{params.cli} dummy-model --architecture {params.architecture:q} --architectures {params.root:q} "
+        "--tokenizer-from {input.tokenizer:q} --out {output:q} > {log:q} 2>&1"

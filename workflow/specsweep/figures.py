@@ -1,7 +1,7 @@
 """Render the specsweep figures from a run's ``cells.parquet`` and ``speedup.parquet``.
 
 Public: :data:`FIGURES` (the one list of figures: the Snakemake rules, the captions and the report derive
-from it), :func:`render_all`, :func:`fig5_label_boxes`.  Every figure is written as PNG (dpi 120) and SVG,
+from it), :func:`render_all`, :func:`fig5_layout`.  Every figure is written as PNG (dpi 120) and SVG,
 plus a ``manifest.json`` naming the cells each figure used and those it needed but lacked.
 
 Repeats: every bar or marker is a cell's median over its repeats, with a whisker for its 95 % bootstrap
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "render_all", "fig5_label_boxes", "WORKLOADS"]
+__all__ = ["FIGURES", "render_all", "fig5_layout", "WORKLOADS"]
 
 #: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
 FIGURES: tuple[str, ...] = (
@@ -502,6 +502,7 @@ class _Ctx:
     out_dir: Path | None
     keep: dict[str, Figure] = field(default_factory=dict)  # figures not saved (out_dir None)
     labels: dict[str, list[Any]] = field(default_factory=dict)  # placed label artists per figure
+    markers: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)  # display positions
 
     @contextmanager
     def figure(self, stem: str, needs: _Needs, size: tuple[float, float], ncols: int, title: str,
@@ -970,6 +971,9 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
                                      max(d[0] for d in disp) + r, max(d[1] for d in disp) + r)
             anchors.append((f"{_short(m)} ({known[m]:g}B)", sum(ax_) / len(ax_), sum(ay) / len(ay), near))
         ctx.labels["fig5_model_size"] = _place_labels(ax.figure, ax, anchors, obstacles)
+        ctx.markers["fig5_model_size"] = [
+            (f"{meth} {m}", *map(float, ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0]))))
+            for meth, m in order]
         needs.notes.append(f"geometric mean (stats.geomean) over the common workloads {common}; whiskers: "
                            "geometric means of the per-workload 95 % intervals (conservative: assumes the "
                            "workloads' errors move together); hollow marker: some of those workloads lack a "
@@ -1181,8 +1185,9 @@ def render_all(tables_dir: Path, out_dir: Path, headline_model: str, run: str) -
     return manifest
 
 
-def fig5_label_boxes(tables_dir: Path, run: str) -> list[tuple[str, tuple[float, float, float, float]]]:
-    """Figure 5's model labels as drawn: (text, (x0, y0, x1, y1)) in display pixels (dpi 120), text only."""
+def fig5_layout(tables_dir: Path, run: str) -> dict[str, list]:
+    """Figure 5 as drawn, in display pixels (dpi 120): ``labels`` [(text, (x0, y0, x1, y1))] (text only, no
+    leader) and ``markers`` [("method model", x, y)] (marker centres), for checking that nothing overlaps."""
     from matplotlib.text import Text
 
     data = Tables.load(Path(tables_dir), run)
@@ -1191,9 +1196,9 @@ def fig5_label_boxes(tables_dir: Path, run: str) -> list[tuple[str, tuple[float,
         _fig5_model_size(ctx)
         fig = ctx.keep["fig5_model_size"]
         renderer = fig.canvas.get_renderer()
-        out = []
+        labels = []
         for ann in ctx.labels.get("fig5_model_size", []):
             ann.update_positions(renderer)
             bb = Text.get_window_extent(ann, renderer)
-            out.append((ann.get_text(), (bb.x0, bb.y0, bb.x1, bb.y1)))
-    return out
+            labels.append((ann.get_text(), (bb.x0, bb.y0, bb.x1, bb.y1)))
+    return {"labels": labels, "markers": list(ctx.markers.get("fig5_model_size", []))}

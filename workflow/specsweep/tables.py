@@ -100,7 +100,7 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
                                                              if k not in s["ladder"]["env"]},
         "dataset_sha256": doc["dataset"]["content_sha256"],
         "model_source": doc["model_info"]["source"],
-        "weights": s["model"].get("weights"),
+        "weights": s["model"].get("weights", "real"),  # never pair dummy (random) weights with real ones
         "prompt_format": doc["model_info"]["prompt_format"],
     }
 
