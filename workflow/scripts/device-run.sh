@@ -22,9 +22,10 @@ export SPECSWEEP_GGUF=$gguf PYTHONPATH=$PWD/workflow:$PYTHONPATH SPECSWEEP_ENGIN
 timeout --signal=INT --kill-after=20 "$budget" python3 -m snakemake "$@"
 rc=$?
 echo "snakemake exit $rc"
-python3 -m specsweep.cli engines --stop || true
 if [ -n "${OUT:-}" ]; then
   tar czf "$OUT/results.tar.gz" --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" "figures/$run" 2>/dev/null
   ls -la "$OUT"
 fi
+# a host still measuring when the budget ran out is not waited for
+SPECSWEEP_ENGINE_START_TIMEOUT_S=10 python3 -m specsweep.cli engines --stop || true
 exit $rc

@@ -157,7 +157,8 @@ def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
                 verdicts.append({"faster": "confirmed", "slower": "refuted"}.get(v, "undecided"))
                 used += [f"{m}/{w}/{pw}", f"{m}/{w}/{full}"]
                 ev.append(f"{m}: {pw}/{full} tok/s ratio {_iv(p, lo, hi, 3)}")
-    out.append(_claim("C3", _combine(verdicts), "; ".join(ev) or "no suffix step with cudagraph_mode FULL", used))
+    out.append(_claim("C3", _combine(verdicts), "; ".join(ev) or "no chat cells of a suffix step with "
+                      "cudagraph_mode PIECEWISE and one with FULL", used))
 
     # C4
     verdicts, ev, used = [], [], []

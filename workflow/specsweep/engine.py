@@ -147,7 +147,7 @@ def _evict_suffix_cache(worker: Any) -> int:
 def reset_caches(llm: Any, speculative_method: str | None) -> dict[str, Any]:
     """Make a reused engine look fresh: empty the prefix cache and the suffix decoder's response cache."""
     t0 = time.perf_counter()
-    if not llm.reset_prefix_cache():
+    if llm.reset_prefix_cache() is False:
         raise SpecsweepError("engine: the prefix cache could not be reset (requests still running?)")
     evicted = 0
     if speculative_method == "suffix":

