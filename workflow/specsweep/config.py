@@ -380,6 +380,12 @@ def _is_number(checker: Any, value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+#: JSON Schema types as this pipeline means them: an integer is an int (not 2.0), a number is finite.
+STRICT_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+    {"integer": _is_integer, "number": _is_number}
+)
+
+
 def _validator_with_defaults() -> type:
     base = jsonschema.Draft202012Validator
     validate_props = base.VALIDATORS["properties"]
@@ -391,8 +397,7 @@ def _validator_with_defaults() -> type:
                     instance[prop] = copy.deepcopy(sub["default"])
         yield from validate_props(validator, properties, instance, schema)
 
-    checker = base.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
-    return jsonschema.validators.extend(base, {"properties": set_defaults}, type_checker=checker)
+    return jsonschema.validators.extend(base, {"properties": set_defaults}, type_checker=STRICT_TYPES)
 
 
 def _error_path(err: jsonschema.ValidationError) -> str:
