@@ -16,6 +16,17 @@ import copy  # noqa: E402
 
 import yaml  # noqa: E402
 
+from specsweep.config import check_config_files  # noqa: E402
+
+# Snakemake has already read each config file itself (JSON, else YAML through YTE, which evaluates a file
+# with `__use_yte__: true` as a Python template and drops the key): under Snakemake a config file is trusted
+# input. Re-read each as plain data, so that a YTE key, duplicate keys, boolean names or an alias bomb stop
+# here with the one line the CLI gives for the same file.
+try:
+    check_config_files(workflow.configfiles)
+except SpecsweepError as exc:
+    sys.exit(f"specsweep: error: {exc}")
+
 
 def _granted_gpus() -> int | None:
     """N of --resources gpu=N (None when not given)."""
@@ -147,8 +158,13 @@ def workload_hash(wildcards) -> str:
     )
 
 
+import re  # noqa: E402
+
+
+# Names are matched literally (a '.' in a name is not "any character"): a mistyped target path gives
+# Snakemake's MissingRuleException, not a job for a cell that does not exist.
 wildcard_constraints:
-    run=RUN,
-    model="|".join(STUDY.models),
-    workload="|".join(STUDY.workloads),
-    config="|".join(STUDY.ladder),
+    run=re.escape(RUN),
+    model="|".join(map(re.escape, STUDY.models)),
+    workload="|".join(map(re.escape, STUDY.workloads)),
+    config="|".join(map(re.escape, STUDY.ladder)),

@@ -10,12 +10,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import jsonschema
 import yaml
 
 from .errors import SpecsweepError
+from .jsonio import JsonRefused, loads_strict
 from .preflight_checks import check_env
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
@@ -302,11 +303,32 @@ def load_yaml(path: Path | str) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecsweepError(f"{source}: not UTF-8 text (byte {exc.start})") from None
-    data = parse_yaml(text, source)
+    data = None
+    if text.lstrip().startswith("{"):  # JSON first, as Snakemake reads a config file, but strict
+        try:
+            data = loads_strict(text)
+        except JsonRefused as exc:
+            raise SpecsweepError(f"{source}: {exc}") from None
+        except (ValueError, RecursionError):
+            data = None  # not JSON: a YAML flow mapping, read below
+    if data is None:
+        data = parse_yaml(text, source)
     if not isinstance(data, dict):
         raise SpecsweepError(f"{source}: the top level must be a mapping")
     check_data(data, source)
     return data
+
+
+def check_config_files(paths: Iterable[Path | str]) -> None:
+    """Under Snakemake: re-read each config file as plain data, as the CLI reads it (load_yaml).
+
+    Snakemake reads a --configfile itself before any specsweep code runs: as JSON, else as YAML through YTE
+    (PyYAML's FullLoader; a file with `__use_yte__: true` at its top level is a template whose Python
+    expressions are evaluated, and YTE then drops the key). So under Snakemake a config file is trusted input;
+    what this check adds is that such a file, or one with duplicate keys, boolean names or an alias bomb,
+    stops the workflow with the same one line as the CLI gives, instead of running with what YTE made of it."""
+    for path in paths:
+        load_yaml(path)
 
 
 def check_data(cfg: Any, source: str = "config") -> None:
@@ -315,8 +337,8 @@ def check_data(cfg: Any, source: str = "config") -> None:
     and MAX_STRING characters a string, no value that contains itself. One line naming the key path."""
     if isinstance(cfg, dict) and YTE_KEY in cfg:
         raise SpecsweepError(
-            f"{source}: {YTE_KEY}: YTE templates are not evaluated by specsweep; a config is plain data "
-            "(remove the key)"
+            f"{source}: {YTE_KEY}: a config is plain data, not a YTE template: remove the key (under Snakemake "
+            "the template has already been evaluated: a config file is trusted input there)"
         )
     count = [0]
 

@@ -48,7 +48,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
-class _Refused(Exception):
+class JsonRefused(Exception):
     """JSON that parses but is not data this pipeline accepts (duplicate key, NaN, Infinity)."""
 
 
@@ -56,27 +56,32 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _Refused(f"duplicate key {key[:60]!r} in one object")
+            raise JsonRefused(f"duplicate key {key[:60]!r} in one object")
         out[key] = value
     return out
 
 
 def _constant(name: str) -> Any:
-    raise _Refused(f"{name} is not a number JSON allows")
+    raise JsonRefused(f"{name} is not a number JSON allows")
 
 
 def _float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _Refused(f"{text[:40]} is too large a number (it overflows to infinity)")
+        raise JsonRefused(f"{text[:40]} is too large a number (it overflows to infinity)")
     return value
+
+
+def loads_strict(text: str) -> Any:
+    """json.loads that raises JsonRefused for a duplicate key, NaN, Infinity or a float overflowing to inf."""
+    return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float)
 
 
 def parse_json(text: str, where: str) -> Any:
     """Strict JSON: no duplicate keys, no NaN or Infinity; every refusal is one line starting with `where`."""
     try:
-        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float)
-    except _Refused as exc:
+        return loads_strict(text)
+    except JsonRefused as exc:
         raise SpecsweepError(f"{where}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise SpecsweepError(f"{where}: not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}") from None
