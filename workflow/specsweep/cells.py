@@ -30,12 +30,25 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 def validate(doc: Any, where: str) -> None:
     """The cell's shape (schema), then its consistency (check_consistency); one line `cell <where>: ...`."""
+    bad = _nonfinite(doc)
+    if bad:
+        raise SpecsweepError(f"cell {where}: {bad}, not a finite number")
     errors = sorted(_validator().iter_errors(doc), key=lambda e: len(list(e.absolute_path)))
     if errors:
-        err = errors[0]
+        err = _innermost(errors[0])
         path = ".".join(str(p) for p in err.absolute_path) or "(top level)"
         raise SpecsweepError(f"cell {where}: {path}: {err.message}")
     check_consistency(doc, where)
+
+
+def _innermost(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """For `null or an object of this shape` (oneOf), the error inside the object, not a repr of all of it."""
+    while err.validator in ("oneOf", "anyOf") and err.context:
+        inner = [e for e in err.context if not (e.validator == "type" and e.validator_value == "null")]
+        if not inner:
+            break
+        err = max(inner, key=lambda e: len(list(e.absolute_path)))
+    return err
 
 
 def load(path: Path, expect: tuple[str, str, str, str] | None = None) -> dict[str, Any]:

@@ -460,6 +460,12 @@ def _error_message(err: jsonschema.ValidationError) -> str:
         return f"too many entries: {len(value)} (at most {err.validator_value})"
     if kw == "type":
         return f"{_short(value)} is not of type {err.validator_value!r}"
+    if kw in ("oneOf", "anyOf") and all(isinstance(o, dict) and set(o) == {"required"} for o in err.validator_value):
+        names = [n for o in err.validator_value for n in o["required"]]
+        return f"needs exactly one of: {', '.join(names)}" if kw == "oneOf" else f"needs one of: {', '.join(names)}"
+    if kw in ("oneOf", "anyOf"):
+        return "matches more than one of the allowed forms" if not err.context else \
+            f"matches none of the allowed forms ({err.context[0].message})"
     if kw == "pattern":
         return f"{_short(value)} does not match {err.validator_value!r}"
     if kw == "enum":

@@ -96,3 +96,25 @@ def check_prompt_lengths(lengths: Sequence[int], max_tokens: Sequence[int], max_
             f"more than engine.max_model_len {max_model_len} ({over} of {len(lengths)} prompts too long; "
             f"the longest prompt, {longest}, has {lengths[longest]} tokens)"
         )
+
+
+def check_workload_current(doc: Mapping[str, Any], spec: Any, where: str, seed: int | None = None,
+                           warmup: int | None = None) -> None:
+    """A workload file was made for the workload the config describes now (spec: a config.WorkloadSpec or
+    its fields), with the config's seed and warm-up count: a stale file is refused before the engine starts,
+    naming the keys that differ."""
+    fields = dict(spec) if isinstance(spec, Mapping) else dict(vars(spec))
+    expected = {k: v for k, v in fields.items() if k != "parts"} | {"parts": dict(fields.get("parts") or ())}
+    got = dict(doc.get("spec") or {})
+    diff = sorted(k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))
+    if seed is not None and doc.get("seed") != seed:
+        diff.append("seed")
+    if warmup is not None and len(doc.get("warmup") or ()) != warmup:
+        diff.append("warmup_prompts")
+    if not diff and len(doc.get("prompts") or ()) != expected.get("num_prompts"):
+        diff.append("num_prompts")
+    if diff:
+        shown = ", ".join(
+            f"{k} {got.get(k)!r} -> {expected.get(k)!r}" if k in expected else k for k in diff[:4]
+        )
+        raise SpecsweepError(f"{where}: made for other settings than the config's ({shown}); regenerate it")
