@@ -30,14 +30,23 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 def validate(doc: Any, where: str) -> None:
     """The cell's shape (schema), then its consistency (check_consistency); one line `cell <where>: ...`."""
-    bad = _nonfinite(doc)
+    try:
+        bad = _nonfinite(doc)
+    except RecursionError:
+        raise SpecsweepError(f"cell {where}: nested too deeply to be a cell") from None
     if bad:
         raise SpecsweepError(f"cell {where}: {bad}, not a finite number")
     errors = sorted(_validator().iter_errors(doc), key=lambda e: len(list(e.absolute_path)))
     if errors:
         err = _innermost(errors[0])
         path = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise SpecsweepError(f"cell {where}: {path}: {err.message}")
+        message = err.message
+        if err.validator == "type":  # never echo a whole (maybe huge) value
+            shown = repr(err.instance)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+            message = f"{shown} is not of type {', '.join(repr(t) for t in types)}"
+        raise SpecsweepError(f"cell {where}: {path}: {message}")
     check_consistency(doc, where)
 
 
@@ -112,7 +121,11 @@ def check_consistency(doc: dict[str, Any], where: str) -> None:
     def fail(what: str) -> None:
         raise SpecsweepError(f"cell {where}: {what}")
 
-    bad = _nonfinite(doc)
+    try:
+        bad = _nonfinite(doc)
+    except RecursionError:
+        bad = None
+        fail("nested too deeply to be a cell")
     if bad:
         fail(f"{bad}, not a finite number")
     try:
