@@ -496,6 +496,8 @@ CELL_CASES = [
     ("vanilla_match.matching", 513, False, "vanilla_match: matching 513 <= compared 512 <= prompts 512 does not hold"),
     ("dataset.prompts", 511, False, "dataset.prompts is 511, but settings.workload.num_prompts is 512 (a stale workload file?)"),
     ("gpu.util_mean", 99.0, False, "gpu.util_mean 99 is above gpu.util_max"),
+    ("dataset.seed", 1, False, "dataset.seed is 1, but settings.seed is 0 (a stale workload file?)"),
+    ("dataset.warmup_prompts", 1, False, "dataset.warmup_prompts is 1, but settings.warmup_prompts is 8"),
     ("provenance.finished", "2026-11-29T10:00:00+00:00", False,
      "provenance.finished (2026-11-29T10:00:00+00:00) is before provenance.started (2026-11-29T10:47:58+00:00)"),
     # settings edited by hand, and settings that the numbers contradict

@@ -153,6 +153,11 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
     wanted = settings["workload"]["num_prompts"]
     if prompts != wanted:
         fail(f"dataset.prompts is {prompts}, but settings.workload.num_prompts is {wanted} (a stale workload file?)")
+    if doc["dataset"]["seed"] != settings["seed"]:
+        fail(f"dataset.seed is {doc['dataset']['seed']}, but settings.seed is {settings['seed']} (a stale workload file?)")
+    warm = doc["dataset"].get("warmup_prompts")
+    if warm is not None and warm != settings["warmup_prompts"]:
+        fail(f"dataset.warmup_prompts is {warm}, but settings.warmup_prompts is {settings['warmup_prompts']}")
     hashes = len(doc["outputs"]["token_sha256"])
     if hashes != prompts:
         fail(f"outputs.token_sha256 has {hashes} entries for {prompts} prompts")
