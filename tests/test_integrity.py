@@ -75,62 +75,72 @@ def smoke_with(old: str, new: str) -> str:
 # ============================================================================ config files are data (CLI)
 
 def test_smoke_config_still_loads():
-    assert len(load_study(ROOT / "config/smoke.yaml").cells) == 24
+    assert load_study(ROOT / "config/smoke.yaml").cells
+
+
+def line_of(text: str, needle: str) -> int:
+    """The 1-based line of the first occurrence of needle in text."""
+    return text[: text.index(needle)].count("\n") + 1
+
+
+def _case(old: str, new: str, message) -> tuple[str, str]:
+    """A config text (smoke.yaml with old replaced by new) and its message; message(text) may use line_of."""
+    text = smoke_with(old, new) if old else new
+    return text, message(text) if callable(message) else message
 
 
 YAML_CASES = [
-    # (id, config text, message after "config <path>: ")
-    ("duplicate-key", smoke_with("\nseed: 0\n", "\n" + "seed: 0\nseed: 1\n"),
-     "line 7: key 'seed' appears twice in one mapping (first at line 6)"),
-    ("duplicate-nested-key", smoke_with("    tp: 1\n", "    tp: 1\n    tp: 2\n"),
-     "line 19: key 'tp' appears twice in one mapping (first at line 18)"),
-    ("ladder-step-named-off", smoke_with("  suffix:\n", "  off:\n"),
-     "line 35: key 'off' is read as the boolean False by YAML 1.1, not as a name; quote it ('off')"),
-    ("workload-named-yes", smoke_with("  chat: {", "  yes: {"),
-     "line 23: key 'yes' is read as the boolean True by YAML 1.1, not as a name; quote it ('yes')"),
-    ("numeric-key", smoke_with("  code: {", "  1: {"),
-     "line 24: key '1' is read as the integer 1 by YAML 1.1, not as a name; quote it ('1')"),
-    ("null-key", smoke_with("  code: {", "  ~: {"),
-     "line 24: key '~' is read as null by YAML 1.1, not as a name; quote it ('~')"),
-    ("nan-temperature", smoke_with("  temperature: 0.0", "  temperature: .nan"),
-     "line 56: '.nan' is not a finite number"),
-    ("inf-params_b", smoke_with("    params_b: 0.135", "    params_b: .inf"),
-     "line 17: '.inf' is not a finite number"),
-    ("overflowing-float", smoke_with("    params_b: 0.135", "    params_b: 1.0e+999"),
-     "line 17: '1.0e+999' is not a finite number"),
-    ("octal-integer", smoke_with("\nseed: 0\n", "\n" + "seed: 010\n"),
-     "line 6: '010' is read as the integer 8 by YAML 1.1 (octal, hex, binary, base 60 or with _); "
-     "write a plain decimal number, or quote it"),
-    ("base-60-integer", smoke_with("max_tokens: 40, lines: 24", "max_tokens: 1:30, lines: 24"),
-     "line 22: '1:30' is read as the integer 90 by YAML 1.1 (octal, hex, binary, base 60 or with _); "
-     "write a plain decimal number, or quote it"),
-    ("huge-integer", smoke_with("\nseed: 0\n", "\n" + "seed: " + "9" * 5000 + "\n"),
-     f"line 6: '{'9' * 60}...' is too large a number"),
-    ("yte-template", "__use_yte__: true\n" + SMOKE,
+    # (id, (config text, message after "config <path>: "))
+    ("duplicate-key", _case("\nseed: 0\n", "\nseed: 0\nseed: 1\n", lambda t:
+     f"line {line_of(t, 'seed: 1')}: key 'seed' appears twice in one mapping (first at line {line_of(t, 'seed: 0')})")),
+    ("duplicate-nested-key", _case("    tp: 1\n", "    tp: 1\n    tp: 2\n", lambda t:
+     f"line {line_of(t, 'tp: 2')}: key 'tp' appears twice in one mapping (first at line {line_of(t, 'tp: 1')})")),
+    ("ladder-step-named-off", _case("  suffix:\n", "  off:\n", lambda t:
+     f"line {line_of(t, '  off:')}: key 'off' is read as the boolean False by YAML 1.1, not as a name; quote it ('off')")),
+    ("workload-named-yes", _case("  chat: {", "  yes: {", lambda t:
+     f"line {line_of(t, '  yes:')}: key 'yes' is read as the boolean True by YAML 1.1, not as a name; quote it ('yes')")),
+    ("numeric-key", _case("  code: {", "  1: {", lambda t:
+     f"line {line_of(t, '  1: {')}: key '1' is read as the integer 1 by YAML 1.1, not as a name; quote it ('1')")),
+    ("null-key", _case("  code: {", "  ~: {", lambda t:
+     f"line {line_of(t, '  ~: {')}: key '~' is read as null by YAML 1.1, not as a name; quote it ('~')")),
+    ("nan-temperature", _case("  temperature: 0.0", "  temperature: .nan", lambda t:
+     f"line {line_of(t, '.nan')}: '.nan' is not a finite number")),
+    ("inf-params_b", _case("    params_b: 0.135", "    params_b: .inf", lambda t:
+     f"line {line_of(t, '.inf')}: '.inf' is not a finite number")),
+    ("overflowing-float", _case("    params_b: 0.135", "    params_b: 1.0e+999", lambda t:
+     f"line {line_of(t, '1.0e+999')}: '1.0e+999' is not a finite number")),
+    ("octal-integer", _case("\nseed: 0\n", "\nseed: 010\n", lambda t:
+     f"line {line_of(t, 'seed: 010')}: '010' is read as the integer 8 by YAML 1.1 (octal, hex, binary, base 60 or "
+     "with _); write a plain decimal number, or quote it")),
+    ("base-60-integer", _case("max_tokens: 40, lines: 24", "max_tokens: 1:30, lines: 24", lambda t:
+     f"line {line_of(t, '1:30')}: '1:30' is read as the integer 90 by YAML 1.1 (octal, hex, binary, base 60 or "
+     "with _); write a plain decimal number, or quote it")),
+    ("huge-integer", _case("\nseed: 0\n", "\nseed: " + "9" * 5000 + "\n", lambda t:
+     f"line {line_of(t, 'seed: 999')}: '{'9' * 60}...' is too large a number")),
+    ("yte-template", _case("", "__use_yte__: true\n" + SMOKE,
      "__use_yte__: a config is plain data, not a YTE template: remove the key (under Snakemake the template has "
-     "already been evaluated: a config file is trusted input there)"),
-    ("python-tag", smoke_with("run: smoke", "run: !!python/object/apply:os.system ['true']"),
-     "not valid YAML at line 3 (could not determine a constructor for the tag "
-     "'tag:yaml.org,2002:python/object/apply:os.system')"),
-    ("date-value", smoke_with("sonnet_path: null", "sonnet_path: 2001-12-14"),
+     "already been evaluated: a config file is trusted input there)")),
+    ("python-tag", _case("run: smoke", "run: !!python/object/apply:os.system ['true']", lambda t:
+     f"not valid YAML at line {line_of(t, 'run: !!')} (could not determine a constructor for the tag "
+     "'tag:yaml.org,2002:python/object/apply:os.system')")),
+    ("date-value", _case("sonnet_path: null", "sonnet_path: 2001-12-14",
      "sonnet_path: a value of type date (a config holds strings, numbers, booleans, lists and mappings; "
-     "quote a date)"),
-    ("control-character", smoke_with("run: smoke", 'run: "smo\\x1bke"'),
-     "run: contains the control character U+001B"),
-    ("nul-in-env-value", smoke_with('  VLLM_PLUGINS: ""', '  VLLM_PLUGINS: "a\\0b"'),
-     "env.VLLM_PLUGINS: contains the control character U+0000"),
-    ("bidi-override", smoke_with("run: smoke", 'run: "smoke\\u202e"'),
-     "run: contains the control character U+202E"),
-    ("recursive-alias", smoke_with("\nseed: 0\n", "\n" + "seed: 0\nloop: &l [*l]\n"),
-     "line 7: a YAML alias refers to a mapping or list that contains it"),
-    ("deep-nesting", smoke_with("\nseed: 0\n", "\n" + "seed: 0\ndeep: " + "[" * 40 + "]" * 40 + "\n"),
-     "line 7: nested more than 16 levels deep"),
-    ("two-documents", SMOKE + "---\nrun: other\n", "not valid YAML at line 70 (but found another document)"),
-    ("not-a-mapping", "- run\n- smoke\n", "the top level must be a mapping"),
+     "quote a date)")),
+    ("control-character", _case("run: smoke", 'run: "smo\\x1bke"', "run: contains the control character U+001B")),
+    ("nul-in-env-value", _case('  VLLM_PLUGINS: ""', '  VLLM_PLUGINS: "a\\0b"',
+     "env.VLLM_PLUGINS: contains the control character U+0000")),
+    ("bidi-override", _case("run: smoke", 'run: "smoke\\u202e"', "run: contains the control character U+202E")),
+    ("recursive-alias", _case("\nseed: 0\n", "\nseed: 0\nloop: &l [*l]\n", lambda t:
+     f"line {line_of(t, 'loop:')}: a YAML alias refers to a mapping or list that contains it")),
+    ("deep-nesting", _case("\nseed: 0\n", "\nseed: 0\ndeep: " + "[" * 40 + "]" * 40 + "\n", lambda t:
+     f"line {line_of(t, 'deep:')}: nested more than 16 levels deep")),
+    ("two-documents", _case("", SMOKE + "---\nrun: other\n", lambda t:
+     f"not valid YAML at line {line_of(t, '---')} (but found another document)")),
+    ("not-a-mapping", _case("", "- run\n- smoke\n", "the top level must be a mapping")),
 ]
 
 
-@pytest.mark.parametrize("text,message", [c[1:] for c in YAML_CASES], ids=[c[0] for c in YAML_CASES])
+@pytest.mark.parametrize("text,message", [c[1] for c in YAML_CASES], ids=[c[0] for c in YAML_CASES])
 def test_config_file_refused(tmp_path, capsys, text, message):
     path = write(tmp_path, text)
     assert cells_cmd(path, capsys) == f"config {path}: {message}"
@@ -188,7 +198,8 @@ def test_json_config_with_nan(tmp_path, capsys):
 def test_json_config_is_read(tmp_path, capsys):
     path = write(tmp_path, json.dumps(yaml.safe_load(SMOKE)), "c.json")
     assert cli.main(["cells", "--config", str(path)]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 24
+    study = load_study(ROOT / "config/smoke.yaml")
+    assert len(capsys.readouterr().out.splitlines()) == len(study.cells) * study.repeats
 
 
 def test_set_override_is_read_strictly(tmp_path, capsys):
@@ -344,9 +355,9 @@ def test_workload_too_large_for_memory():
     )
 
 
-def test_paper_and_h200_configs_still_load():
-    assert len(load_study(ROOT / "config/config.yaml").cells) == 156
-    assert len(load_study(ROOT / "config/h200.yaml").cells) == 24
+def test_shipped_configs_still_load():
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        assert load_study(path).cells, path
 
 
 # ======================================================================================= env (config + pure)
@@ -423,8 +434,24 @@ def test_mistyped_target_is_a_missing_rule(tmp_path):
 
 # ============================================================================================ cell JSON
 
+def format2(doc: dict) -> dict:
+    """The committed H200 cells are specsweep-cell/1: the same measurement as /2 (repeat 1 on a fresh engine)."""
+    doc = copy.deepcopy(doc)
+    doc.pop("vanilla_match", None)
+    start = doc["timing"]["engine_start_s"]
+    doc |= {
+        "format": "specsweep-cell/2",
+        "repeat": 1,
+        "engine": {"key": "0123456789abcdef", "position": 1, "import_s": 9.5, "engine_start_s": start,
+                   "engine_start_paid": True, "resets": {"done": [], "reset_s": 0.0}, "spawned_at": 1000.0},
+        "job": {"started_at": 1000.0, "finished_at": 1060.5, "wall_s": 60.5, "wait_for_engine_s": 40.0,
+                "reuse": True},
+    }
+    return doc
+
+
 def cell_doc() -> dict:
-    return json.loads(SPEC_CELL.read_text())
+    return format2(json.loads(SPEC_CELL.read_text()))
 
 
 def cell_file(tmp_path: Path, doc_or_text) -> Path:
@@ -435,12 +462,17 @@ def cell_file(tmp_path: Path, doc_or_text) -> Path:
 
 
 def test_real_cells_are_consistent():
-    for path in sorted((ROOT / "results").glob("*/cells/*/*/*.json")):
-        cells.load(path)
+    """The committed measurements (format 1) agree with themselves, and pass as format 2."""
+    found = sorted((ROOT / "results").glob("*/cells/*/*/*.json"))
+    assert len(found) >= 18
+    for path in found:
+        doc = json.loads(path.read_text())
+        cells.check_consistency(doc, str(path))
+        cells.validate(format2(doc), str(path))
 
 
 @pytest.mark.parametrize("old,new,message", [
-    ('"format": "specsweep-cell/1",', '"format": "specsweep-cell/1", "model": "other",',
+    ('"format": "specsweep-cell/2",', '"format": "specsweep-cell/2", "model": "other",',
      "duplicate key 'model' in one object"),
     ('"output_tok_s": 11699.465170684756', '"output_tok_s": NaN', "NaN is not a number JSON allows"),
     ('"output_tok_s": 11699.465170684756', '"output_tok_s": Infinity', "Infinity is not a number JSON allows"),
@@ -493,7 +525,12 @@ CELL_CASES = [
     ("spec.acceptance_per_pos.0", 0.9, False,
      "spec.acceptance_per_pos[0] is 0.9, but accepted_per_pos[0] / drafts = 0.560508"),
     ("spec", None, False, "spec is null, but settings.ladder.speculative says the cell is speculative"),
-    ("vanilla_match.matching", 513, False, "vanilla_match: matching 513 <= compared 512 <= prompts 512 does not hold"),
+    ("engine.engine_start_paid", False, False,
+     "engine.engine_start_paid is False at engine.position 1 (only the engine's first cell pays its start)"),
+    ("timing.engine_start_s", 0.0, False, "timing.engine_start_s is 0, but the engine start this cell paid is 25.2744"),
+    ("job.wall_s", 6.0, False, "job.wall_s is 6, but job.finished_at - job.started_at = 60.5"),
+    ("repeat", 0, False, "repeat: 0 is less than the minimum of 1"),
+    ("format", "specsweep-cell/1", False, "format: 'specsweep-cell/2' was expected"),
     ("dataset.prompts", 511, False, "dataset.prompts is 511, but settings.workload.num_prompts is 512 (a stale workload file?)"),
     ("gpu.util_mean", 99.0, False, "gpu.util_mean 99 is above gpu.util_max"),
     ("dataset.seed", 1, False, "dataset.seed is 1, but settings.seed is 0 (a stale workload file?)"),
@@ -543,7 +580,7 @@ def test_check_consistency_on_a_shapeless_doc():
 
 
 def test_vanilla_cell_with_spec_counts(tmp_path):
-    doc = json.loads((ROOT / "results/h200-smollm2/cells" / MODEL / "code/vanilla.json").read_text())
+    doc = format2(json.loads((ROOT / "results/h200-smollm2/cells" / MODEL / "code/vanilla.json").read_text()))
     doc["spec"] = cell_doc()["spec"]
     path = cell_file(tmp_path, doc)
     assert refused(cells.load, path) == \

@@ -34,6 +34,7 @@ def test_paper_dry_run_lists_156_cells(tmp_path):
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
     assert counts["cell"] == "156"
     assert counts["workload"] == "6"
+    assert counts["fetch_model"] == "9"  # one per model, each cell with its model folder as input
 
 
 def test_paper_dry_run_refuses_too_few_gpus(tmp_path):
@@ -193,7 +194,8 @@ def test_config_strings_never_reach_a_shell(tmp_path, smoke_cfg, sonnet):
     cfg = dict(smoke_cfg)
     cfg["sonnet_path"] = str(sonnet)
     pwned = tmp_path / "pwned"
-    cfg["models"] = [{"name": "m", "hf_id": f"org/model; touch {pwned}", "params_b": 1.0, "tp": 1}]
+    cfg["models"] = [{"name": "m", "hf_id": f"org/model; touch {pwned}", "revision": "0" * 40, "params_b": 1.0,
+                      "tp": 1}]
     cfg["headline_model"] = "m"
     cfg["groups"] = {"g": {"models": ["m"], "workloads": ["code"], "configs": ["vanilla"]}}
     path = tmp_path / "c.yaml"

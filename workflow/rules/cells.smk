@@ -1,15 +1,17 @@
-rule cell:
+# One job per cell repeat, with its own output path. The job asks the engine host of its (model, ladder
+# step, repeat) to measure it (spawning the host when none runs), so one engine serves the adjacent cells
+# of the schedule; the job writes the cell. See README, "Engine reuse".
+rule measure:
     input:
-        workload="results/{run}/workloads/{workload}.json",
+        workload=workload_file,
         model=model_dir,
     output:
-        "results/{run}/cells/{model}/{workload}/{config}.json",
+        "results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json",
     log:
-        "logs/{run}/cells/{model}/{workload}/{config}.log",
+        "logs/{run}/cells/{model}/{workload}/{config}/r{repeat}.log",
     benchmark:
-        "benchmarks/{run}/cells/{model}/{workload}/{config}.tsv"
-    # vanilla first, so speculative cells can record how many outputs match it token for token
-    priority: lambda wc: 10 if wc.config == "vanilla" else 0
+        "benchmarks/{run}/cells/{model}/{workload}/{config}/r{repeat}.tsv"
+    priority: cell_priority
     conda:
         CONDA_ENV
     resources:
@@ -18,7 +20,7 @@ rule cell:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
         model_arg=model_arg,
-        settings=cell_settings_hash,
+        watch=SCHEDULER_PID,
     shell:
         "{params.cli} run-cell --config {params.config:q} --workload-file {input.workload:q} "
-        "--out {output:q} {params.model_arg} --log {log:q} > {log:q} 2>&1"
+        "--out {output:q} {params.model_arg} --log {log:q} --watch-pid {params.watch} > {log:q} 2>&1"

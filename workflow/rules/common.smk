@@ -1,4 +1,5 @@
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -9,6 +10,8 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from specsweep.config import build_study, check_gpu_budget, Cell  # noqa: E402
+from specsweep import paths  # noqa: E402
+from specsweep.tables import table_files  # noqa: E402
 from specsweep.errors import SpecsweepError  # noqa: E402
 from specsweep.jsonio import atomic_write_bytes, sha256_obj  # noqa: E402
 
@@ -52,33 +55,82 @@ CONDA_ENV = "../../envs/gpu.yaml" if STUDY.device == "gpu" else "../../envs/cpu.
 
 
 def _effective_config() -> str:
-    """The validated config (defaults and --config overrides applied), written only when it changes."""
-    path = Path("results") / RUN / "config.effective.yaml"
+    """The validated config (defaults and --config overrides applied), content-addressed outside results/:
+    a dry run writes nothing under results/, and two configs of one run name never overwrite each other."""
     text = yaml.safe_dump(STUDY.raw, sort_keys=True).encode()
+    path = Path(".snakemake") / "specsweep" / f"config-{sha256_obj(STUDY.raw)[:16]}.yaml"
     if not path.is_file() or path.read_bytes() != text:
         atomic_write_bytes(path, text)
     return str(path)
 
 
 EFFECTIVE_CONFIG = _effective_config()
-BUILT_MODELS = [m.name for m in STUDY.models.values() if m.build]
+# Models built locally under resources/models/ (by a recipe, build; or without weights, weights dummy).
+BUILT_MODELS = [
+    m.name for m in STUDY.models.values() if m.build or m.weights == "dummy"
+]
+# Hugging Face models pinned at a revision: rule fetch_model puts them in resources/models/{model}.
+FETCHED_MODELS = [m.name for m in STUDY.models.values() if m.revision]
+
+
+SCHEDULE = STUDY.schedule()
+# Snakemake runs the highest priority first: the schedule's order (cells of one engine adjacent, ladder steps
+# rotated per repeat).
+PRIORITY = {
+    (c.model, c.workload, c.config, r): len(SCHEDULE) - i
+    for i, (c, r) in enumerate(SCHEDULE)
+}
+
+# Inputs (corpus, workloads, models) before any cell: a cell must never wait on the next workload's file
+# while the engine that would measure it idles.
+FIRST = len(SCHEDULE) + 100
 
 
 def cell_paths() -> list[str]:
-    return [str(c.path(RUN)) for c in STUDY.cells]
+    return [
+        str(
+            paths.measurement(
+                "results", paths.Key(RUN, c.model, c.workload, c.config, r)
+            )
+        )
+        for c, r in SCHEDULE
+    ]
+
+
+def cell_priority(wildcards) -> int:
+    return PRIORITY.get(
+        (
+            wildcards.model,
+            wildcards.workload,
+            wildcards.config,
+            int(wildcards.repeat),
+        ),
+        0,
+    )
+
+
+def workload_file(wildcards) -> str:
+    """The workload file a cell reads: its name carries the hash of everything it is made from, so a changed
+    workload config gives a new file (made before any cell uses it), never a stale one."""
+    return f"results/{RUN}/workloads/{wildcards.workload}.{WORKLOAD_HASH[wildcards.workload]}.json"
+
+
+# The report() function; a line that starts with `report` would be parsed as the directive.
+in_report = report
 
 
 def table_paths() -> list[str]:
-    return [
-        f"results/{RUN}/tables/{name}"
-        for name in ("cells.parquet", "speedup.parquet", "summary.md", "cells.csv")
-    ]
+    return [f"results/{RUN}/tables/{name}" for name in table_files()]
 
 
 def reported_table_paths() -> list:
     """The tables, with the CSV in the Snakemake report."""
-    *rest, csv = table_paths()
-    return rest + [report(csv, category="Tables", labels={"table": "all cells"})]
+    out = []
+    for path in table_paths():
+        if path.endswith((".csv", "claims.md")):
+            path = in_report(path, category="Tables", labels={"table": Path(path).stem})
+        out.append(path)
+    return out
 
 
 FIGURES = [
@@ -99,8 +151,6 @@ def figure_paths() -> list[str]:
     )
 
 
-# The report() function; a line that starts with `report` would be parsed as the directive.
-in_report = report
 
 
 def reported_figure_paths() -> list:
@@ -120,18 +170,17 @@ def reported_figure_paths() -> list:
 
 
 def model_dir(wildcards) -> list[str]:
-    """The built model folder a cell needs (none for models vLLM loads by id)."""
-    return (
-        [f"resources/models/{wildcards.model}"]
-        if wildcards.model in BUILT_MODELS
-        else []
-    )
+    """The model folder a cell needs: built (build_model) or fetched (fetch_model) under resources/models/, or
+    the local folder its hf_id names."""
+    if wildcards.model in BUILT_MODELS or wildcards.model in FETCHED_MODELS:
+        return [f"resources/models/{wildcards.model}"]
+    return [os.path.expanduser(STUDY.models[wildcards.model].hf_id)]
 
 
 def model_arg(wildcards) -> str:
     return (
         f"--model-path resources/models/{wildcards.model}"
-        if wildcards.model in BUILT_MODELS
+        if wildcards.model in BUILT_MODELS or wildcards.model in FETCHED_MODELS
         else ""
     )
 
@@ -147,24 +196,38 @@ def cell_settings_hash(wildcards) -> str:
     )
 
 
-def workload_hash(wildcards) -> str:
+def _workload_hash(name: str) -> str:
+    spec = STUDY.raw["workloads"][name]
+    parts = {p: STUDY.raw["workloads"][p] for p in (spec.get("parts") or {})}
     return sha256_obj(
         [
-            STUDY.raw["workloads"],
+            spec,
+            parts,
             STUDY.raw["seed"],
             STUDY.raw["warmup_prompts"],
-            STUDY.raw["corpus"],
+            STUDY.raw["corpus"]["sha256"],
         ]
-    )
+    )[:12]
 
 
-import re  # noqa: E402
+WORKLOAD_HASH = {name: _workload_hash(name) for name in STUDY.workloads}
+# The Snakemake scheduler's own pid: a cell job writes nothing when it has died (kill -9 of Snakemake).
+SCHEDULER_PID = os.getpid()
 
 
-# Names are matched literally (a '.' in a name is not "any character"): a mistyped target path gives
-# Snakemake's MissingRuleException, not a job for a cell that does not exist.
 wildcard_constraints:
     run=re.escape(RUN),
     model="|".join(map(re.escape, STUDY.models)),
     workload="|".join(map(re.escape, STUDY.workloads)),
     config="|".join(map(re.escape, STUDY.ladder)),
+    repeat="[1-9][0-9]*",
+    whash="[0-9a-f]{12}",
+
+
+# The engine hosts of this folder end with the workflow (they also end on their own when idle).
+onsuccess:
+    shell(f"{SPECSWEEP} engines --stop")
+
+
+onerror:
+    shell(f"{SPECSWEEP} engines --stop")

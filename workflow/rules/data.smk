@@ -1,3 +1,6 @@
+from specsweep.fetch import names_regex, stale_fetches
+
+
 rule corpus:
     output:
         CORPUS,
@@ -6,6 +9,7 @@ rule corpus:
     benchmark:
         "benchmarks/corpus.tsv"
     localrule: True
+    priority: FIRST
     conda:
         CONDA_ENV
     params:
@@ -20,21 +24,41 @@ rule workload:
     input:
         corpus=CORPUS,
     output:
-        "results/{run}/workloads/{workload}.json",
+        "results/{run}/workloads/{workload}.{whash}.json",
     log:
-        "logs/{run}/workloads/{workload}.log",
+        "logs/{run}/workloads/{workload}.{whash}.log",
     benchmark:
-        "benchmarks/{run}/workloads/{workload}.tsv"
+        "benchmarks/{run}/workloads/{workload}.{whash}.tsv"
     localrule: True
+    priority: FIRST
     conda:
         CONDA_ENV
     params:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
-        settings=workload_hash,
     shell:
         "{params.cli} workload --config {params.config:q} --name {wildcards.workload:q} "
         "--corpus {input.corpus:q} --out {output:q} > {log:q} 2>&1"
+
+
+# A fetched folder at another revision than the config pins would look up to date to Snakemake (mtime):
+# refused here, at parse time, with one line.
+try:
+    stale_fetches(
+        {n: (STUDY.models[n].hf_id, STUDY.models[n].revision) for n in FETCHED_MODELS}
+    )
+except SpecsweepError as exc:
+    sys.exit(f"specsweep: error: {exc}")
+
+# Models built by a recipe (build:) and models without weights (weights: dummy) share the output pattern
+# resources/models/{model}; each rule is constrained to its own models.
+RECIPE_MODELS = [m.name for m in STUDY.models.values() if m.build]
+DUMMY_MODELS = [m.name for m in STUDY.models.values() if m.weights == "dummy"]
+# SmolLM2-135M-Instruct's tokenizer alone: the tokenizer of every dummy model.
+DUMMY_TOKENIZER = "resources/tokenizers/smollm2-135m-instruct"
+NO_MATCH = "(?!)"
+# The architectures live in the repository (absolute: the working directory may be elsewhere, -d).
+ARCHITECTURES = os.path.join(workflow.basedir, "config", "architectures")
 
 
 rule build_model:
@@ -44,6 +68,9 @@ rule build_model:
         "logs/build_model/{model}.log",
     benchmark:
         "benchmarks/build_model/{model}.tsv"
+    priority: FIRST
+    wildcard_constraints:
+        model="|".join(RECIPE_MODELS) or NO_MATCH,
     conda:
         CONDA_ENV
     params:
@@ -51,3 +78,73 @@ rule build_model:
         dtype=lambda wc: STUDY.models[wc.model].dtype or "float32",
     shell:
         "{params.cli} build-model --out {output:q} --dtype {params.dtype:q} > {log:q} 2>&1"
+
+
+# A Hugging Face model at its pinned revision: a CPU job without the gpu resource, run where Snakemake runs
+# (localrule: on a cluster that is the login node, which has the network), atomic and resumable. Its token is
+# the environment's HF_TOKEN (or `hf auth login`); the model id and revision come from the config, not the shell.
+rule fetch_model:
+    output:
+        directory("resources/models/{model}"),
+    log:
+        "logs/fetch_model/{model}.log",
+    benchmark:
+        "benchmarks/fetch_model/{model}.tsv"
+    wildcard_constraints:
+        model=names_regex(FETCHED_MODELS),
+    localrule: True
+    priority: FIRST
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+        config=EFFECTIVE_CONFIG,
+        revision=lambda wc: STUDY.models[wc.model].revision,
+    shell:
+        "{params.cli} fetch-model --config {params.config:q} --name {wildcards.model:q} "
+        "--out {output:q} > {log:q} 2>&1"
+
+
+# SmolLM2-135M-Instruct's tokenizer alone (no weights): the tokenizer of every weights: dummy model.
+rule dummy_tokenizer:
+    output:
+        directory(DUMMY_TOKENIZER),
+    log:
+        "logs/build_model/dummy_tokenizer.log",
+    benchmark:
+        "benchmarks/build_model/dummy_tokenizer.tsv"
+    localrule: True
+    priority: FIRST
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+    shell:
+        "{params.cli} build-tokenizer --out {output:q} > {log:q} 2>&1"
+
+
+rule dummy_model:
+    input:
+        tokenizer=DUMMY_TOKENIZER,
+        architecture=lambda wc: os.path.join(
+            ARCHITECTURES, STUDY.models[wc.model].architecture, "config.json"
+        ),
+    output:
+        directory("resources/models/{model}"),
+    log:
+        "logs/build_model/{model}.log",
+    benchmark:
+        "benchmarks/build_model/{model}.tsv"
+    wildcard_constraints:
+        model="|".join(DUMMY_MODELS) or NO_MATCH,
+    localrule: True
+    priority: FIRST
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+        architecture=lambda wc: STUDY.models[wc.model].architecture,
+        root=ARCHITECTURES,
+    shell:
+        "{params.cli} dummy-model --architecture {params.architecture:q} --architectures {params.root:q} "
+        "--tokenizer-from {input.tokenizer:q} --out {output:q} > {log:q} 2>&1"

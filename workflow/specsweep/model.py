@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -66,6 +67,40 @@ def build_smollm2(out_dir: Path, gguf: Path | None = None, dtype: str = "float32
             "dtype": dtype,
             "recipe": "transformers gguf de-quantisation -> LlamaForCausalLM -> safetensors",
         }, indent=2, sort_keys=True) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def build_smollm2_tokenizer(out_dir: Path, gguf: Path | None = None) -> Path:
+    """Write SmolLM2-135M-Instruct's tokenizer (and generation config) to out_dir, without the weights.
+
+    The same tokenizer that build_smollm2 saves beside the weights, read from the same GGUF: the tokenizer of
+    every `weights: dummy` model (config/architectures/*/config.json set vocab_size to its 49152 tokens)."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    gguf = Path(gguf) if gguf else find_gguf()
+    if not gguf.is_file():
+        raise SpecsweepError(f"model smollm2: GGUF file {gguf} not found")
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tok.save_pretrained(tmp)
+        cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        GenerationConfig.from_model_config(cfg).save_pretrained(tmp)
+        (tmp / "specsweep-tokenizer.json").write_text(json.dumps({
+            "built_from": gguf.name,
+            "gguf_sha256": file_sha256(gguf),
+            "vocab_size": cfg.vocab_size,
+            "recipe": "transformers gguf tokenizer -> save_pretrained (no weights)",
+        }, indent=2, sort_keys=True) + "\n")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)

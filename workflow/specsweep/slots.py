@@ -96,9 +96,16 @@ def _prepare(folder: Path, default: bool) -> None:
 
 
 def _holder_label() -> str:
-    """What this process writes into the lock files it holds: its pid and the cell it measures."""
+    """What this process writes into the lock files it holds: its pid and the cell (--out) or engine (--key)
+    it serves."""
     argv = sys.argv
-    what = next((argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--out"), Path(argv[0]).name if argv else "")
+    opts = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i] in ("--out", "--key")}
+    if "--out" in opts:
+        what = opts["--out"]
+    elif "--key" in opts:
+        what = f"engine {opts['--key']}"
+    else:
+        what = Path(argv[0]).name if argv else ""
     return " ".join(f"{os.getpid()} {what}".split())[:200]
 
 

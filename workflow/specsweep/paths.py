@@ -1,0 +1,65 @@
+"""The results layout, defined once. Everything else (the rules, the CLI, the tables) derives from here.
+
+    results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json      one measurement (a cell's repeat)
+    results/{run}/failures/{model}/{workload}/{config}/r{repeat}.json   its failure record, when it failed
+    results/{run}/archive/{model}/{workload}/{config}/r{repeat}/{sha}.json   every measurement ever finished
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SpecsweepError
+
+#: The Snakemake output pattern of one measurement (wildcards run, model, workload, config, repeat).
+MEASUREMENT = "results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json"
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_RE = re.compile(
+    rf"(?:^|/)(?P<run>{_NAME})/cells/(?P<model>{_NAME})/(?P<workload>{_NAME})/(?P<config>{_NAME})/"
+    r"r(?P<repeat>[1-9][0-9]{0,3})\.json$"
+)
+
+
+@dataclass(frozen=True, order=True)
+class Key:
+    """One measurement: a cell (model, workload, config) and its repeat number (1-based)."""
+
+    run: str
+    model: str
+    workload: str
+    config: str
+    repeat: int
+
+    @property
+    def cell(self) -> str:
+        return f"{self.model}/{self.workload}/{self.config}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.cell}/r{self.repeat}"
+
+
+def measurement(root: Path | str, key: Key) -> Path:
+    return Path(root) / key.run / "cells" / key.model / key.workload / key.config / f"r{key.repeat}.json"
+
+
+def failure(root: Path | str, key: Key) -> Path:
+    return Path(root) / key.run / "failures" / key.model / key.workload / key.config / f"r{key.repeat}.json"
+
+
+def archive_dir(root: Path | str, key: Key) -> Path:
+    return Path(root) / key.run / "archive" / key.model / key.workload / key.config / f"r{key.repeat}"
+
+
+def parse(path: Path | str) -> tuple[Path, Key]:
+    """results/{run}/cells/{model}/{workload}/{config}/r{n}.json -> (results root, Key)."""
+    text = Path(path).as_posix()
+    m = _RE.search(text)
+    if not m:
+        raise SpecsweepError(
+            f"cell path {path}: expected .../{{run}}/cells/{{model}}/{{workload}}/{{config}}/r{{repeat}}.json"
+        )
+    root = Path(text[: m.start("run")] or ".")
+    return root, Key(m["run"], m["model"], m["workload"], m["config"], int(m["repeat"]))
