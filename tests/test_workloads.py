@@ -65,12 +65,16 @@ def test_sonnet_prompts(paper, lines):
 
 def test_chat_prompts(paper, lines):
     doc = workloads.build(paper.workloads, "chat", lines, 0, 8, SHA)
+    sonnet = workloads.build(paper.workloads, "sonnet", lines, 0, 8, SHA)
+    sonnet_len = sum(len(p["text"]) for p in sonnet["prompts"]) / len(sonnet["prompts"])
     for p in doc["prompts"]:
-        assert 0.8 <= p["excerpt_share"] < 0.9
-        question = re.search(r"\n\nQuestion: (.*)\n", p["text"]).group(1)
+        assert 0.75 <= p["excerpt_share"] <= 0.85  # the article: 80 % sonnet excerpt ...
+        question = re.search(r"\n\nQuestion: (.*)$", p["text"]).group(1)  # ... and a question at the end
         assert question in workloads.CHAT_QUESTIONS
-        excerpt = p["text"].split("\n\n")[1].split("\n")
+        assert "answer in" not in p["text"].lower()  # nothing shortens the answer: it runs to EOS
+        excerpt = p["text"].split("Excerpt:\n")[1].split("\n\nQuestion:")[0].split("\n")
         assert set(excerpt) <= set(lines)
+        assert 0.85 < len(p["text"]) / sonnet_len < 1.2  # about a sonnet prompt's size
     assert len({p["text"] for p in doc["prompts"]}) > 0.9 * len(doc["prompts"])  # 518 starts x 8 questions
 
 

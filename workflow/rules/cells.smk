@@ -24,3 +24,37 @@ rule measure:
     shell:
         "{params.cli} run-cell --config {params.config:q} --workload-file {input.workload:q} "
         "--out {output:q} {params.model_arg} --log {log:q} --watch-pid {params.watch} > {log:q} 2>&1"
+
+
+# Fidelity: one cell measured by specsweep's engine and by vLLM's own run_vllm, fresh engines, interleaved
+# passes (`snakemake fidelity`, or one file by path). Not part of `all`: it is a check of the harness.
+rule fidelity_cell:
+    input:
+        workload=workload_file,
+        model=model_dir,
+    output:
+        "results/{run}/fidelity/{model}/{workload}/{config}.json",
+    log:
+        "logs/{run}/fidelity/{model}/{workload}/{config}.log",
+    benchmark:
+        "benchmarks/{run}/fidelity/{model}/{workload}/{config}.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=cell_gpus,
+    params:
+        cli=SPECSWEEP,
+        config=EFFECTIVE_CONFIG,
+        model_arg=model_arg,
+    shell:
+        "{params.cli} fidelity --config {params.config:q} --cell {wildcards.model:q}/{wildcards.workload:q}/{wildcards.config:q} "
+        "--workload-file {input.workload:q} --out {output:q} {params.model_arg} > {log:q} 2>&1"
+
+
+rule fidelity:
+    input:
+        [
+            f"results/{RUN}/fidelity/{c.model}/{c.workload}/{c.config}.json"
+            for c in STUDY.cells
+            if c.config == STUDY.baseline
+        ],

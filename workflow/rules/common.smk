@@ -133,14 +133,8 @@ def reported_table_paths() -> list:
     return out
 
 
-FIGURES = [
-    "fig1_headline",
-    "fig2_r_vs_k_code",
-    "fig3_sonnet_ladder",
-    "fig4_k_alpha",
-    "fig5_model_size",
-    "fig6_gpu_util",
-]
+# The figure list has one home, specsweep.figures.FIGURES (the renderer and the captions use it too).
+from specsweep.figures import FIGURES  # noqa: E402
 
 
 def figure_paths() -> list[str]:

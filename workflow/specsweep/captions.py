@@ -55,7 +55,7 @@ def _step(data: Tables, model: str, config: str) -> str:
 def _fig1(data: Tables, m: str) -> str:
     ws = data.workloads(m, canonical_all=False)
     return (f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_CONFIG)}: output throughput per "
-            "workload. Speedup per workload [95 % interval] and verdict: "
+            "workload. Gain per workload [95 % interval] and verdict: "
             + "; ".join(f"{w} {_gain(data, (m, w, HEADLINE_CONFIG))}" for w in ws) + ".")
 
 
@@ -64,7 +64,7 @@ def _fig2(data: Tables, m: str) -> str:
     parts = []
     for c in ladder:
         cell = (m, "code", c)
-        parts.append(f"{c}: K = {_v(data.spd(cell, 'K'))}, T = {_v(data.spd(cell, 'T'))}, "
+        parts.append(f"{c}: K = {_v(data.val(cell, 'K'))}, T = {_v(data.spd(cell, 'T'))}, "
                      f"R = {_v(data.spd(cell, 'R'))} (decode steps only {_v(data.spd(cell, 'R_decode'))}), "
                      f"speedup {_v(data.spd(cell, 'speedup'), '.3f')} {data.verdict(cell) or ''}".rstrip())
     return ("R (step time over the baseline's), K (1 + accepted/drafts) and T (tokens per step over the "
@@ -131,8 +131,8 @@ def _fig7(data: Tables, m: str) -> str:
     lin = sum(abs(p["err_linear"]) for _, p in preds) / len(preds)
     lev = sum(abs(p["err_leviathan"]) for _, p in preds) / len(preds)
     return (f"Measured K against K predicted from the acceptance at draft position 1 (p1) and the mean draft "
-            f"length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1). Mean |error| over {len(preds)} "
-            f"cells: linear {lin:.2f}, Leviathan {lev:.2f}; per step: " + "; ".join(per)
+            f"length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1). Mean absolute error over "
+            f"{len(preds)} cells: linear {lin:.2f}, Leviathan {lev:.2f}; per step: " + "; ".join(per)
             + f". Right: conditional acceptance per draft position for {m}.")
 
 

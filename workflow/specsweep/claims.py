@@ -189,10 +189,13 @@ def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
 
     # C6
     verdicts, ev, used = [], [], []
+    which = "R over decode steps"
     for s in spec_sp:
-        if s["R_decode"] is None:
+        r, lo, hi = s["R_decode"], s["R_decode_lo"], s["R_decode_hi"]
+        if r is None:  # no prefill probe in this run: R over all steps
+            r, lo, hi, which = s["R"], s["R_lo"], s["R_hi"], "R over all steps (no prefill probe)"
+        if r is None:
             continue
-        lo, hi = s["R_decode_lo"], s["R_decode_hi"]
         if lo is None:
             verdicts.append("undecided")
         elif lo >= R_BAND[0] and hi <= R_BAND[1]:
@@ -202,8 +205,8 @@ def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
         else:
             verdicts.append("undecided")
         used.append(f"{s['model']}/{s['workload']}/{s['config']}")
-        ev.append(f"{s['model']}/{s['workload']}/{s['config']} {_iv(s['R_decode'], lo, hi)}")
-    out.append(_claim("C6", _combine(verdicts), "R over decode steps: " + "; ".join(ev) if ev else "no R measured",
+        ev.append(f"{s['model']}/{s['workload']}/{s['config']} {_iv(r, lo, hi)}")
+    out.append(_claim("C6", _combine(verdicts), f"{which}: " + "; ".join(ev) if ev else "no R measured",
                       used))
 
     # C7

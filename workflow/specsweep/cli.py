@@ -172,8 +172,8 @@ def cmd_engines(args: argparse.Namespace) -> int:
         stopped = enginehost.stop_all(d)
         print(f"stopped {len(stopped)} engine host(s)" + (f": {', '.join(stopped)}" if stopped else ""))
     else:
-        for key, reply in enginehost.live_hosts(d).items():
-            print(f"{key} pid {reply['pid']} measured {reply['measured']}")
+        for key, rec in enginehost.live_hosts(d).items():
+            print(f"{key} pid {rec['pid']} since {rec['spawned_at']:.0f} log {rec.get('log')}")
     return 0
 
 
@@ -188,6 +188,20 @@ def cmd_harness(args: argparse.Namespace) -> int:
     doc = run_harness(study, cell, Path(args.workload_file), Path(args.out), args.model_path)
     print(json.dumps({"cell": cell.key, "elapsed_s": round(doc["elapsed_s"], 3),
                       "output_tok_s": round(doc["output_tok_s"], 1)}))
+    return 0
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    from .harness import run_fidelity
+
+    study = _study(args)
+    parts = args.cell.split("/")
+    if len(parts) != 3:
+        raise SpecsweepError(f"--cell {args.cell}: expected model/workload/config")
+    cell = study.cell(*parts)
+    doc = run_fidelity(study, cell, Path(args.workload_file), Path(args.out), args.model_path, args.runs)
+    print(json.dumps({k: doc[k] for k in ("cell", "specsweep_median_tok_s", "harness_median_tok_s",
+                                           "ratio_of_medians", "ratio_lo", "ratio_hi")}))
     return 0
 
 
@@ -274,6 +288,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True)
     sp.add_argument("--model-path")
+    sp = add("fidelity", cmd_fidelity, "specsweep vs vLLM's run_vllm, fresh engines, interleaved runs")
+    sp.add_argument("--cell", required=True, help="model/workload/config")
+    sp.add_argument("--workload-file", required=True)
+    sp.add_argument("--out", required=True, help="results/{run}/tables/fidelity.json")
+    sp.add_argument("--model-path")
+    sp.add_argument("--runs", type=int, default=3)
     sp = add("tables", cmd_tables, "aggregate the cells of a run into Parquet, CSV and Markdown tables")
     sp.add_argument("--results", default="results")
     sp.add_argument("--out", required=True)

@@ -169,6 +169,7 @@ class Engine:
         self.engine_start_s = 0.0
         self.gpu_slots: dict[str, object] = {}
         self.llm: Any = None
+        self.model_record: dict[str, Any] | None = None
 
     def start(self) -> None:
         for key, value in self.identity["env"].items():
@@ -176,6 +177,10 @@ class Engine:
         if self.study.ladder[self.config].method == "suffix":
             # the suffix-cache reset runs a function on the workers (see reset_caches)
             os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+        if Path(self.model).is_dir():  # which weights exactly: revision and a hash of the file manifest
+            from .fetch import model_record
+
+            self.model_record = model_record(Path(self.model), expect_revision=self.spec.revision)
         self.gpu_slots = slots.claim_for_cell(self.spec.tp, self.study.device)
         t0 = time.perf_counter()
         from vllm import LLM  # imported late: the env above must be in place first
@@ -233,12 +238,16 @@ class Engine:
 
         # The prefill probe: the same prompts, one token each, on an empty prefix cache (after the timed pass,
         # so that pass is untouched). Its steps and seconds are the prefill part of the timed pass.
-        llm.reset_prefix_cache()
-        before_p = metrics.snapshot(llm.get_metrics())
-        t3 = time.perf_counter()
-        llm.generate([TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"], 1), use_tqdm=False)
-        prefill_s = time.perf_counter() - t3
-        dp = metrics.delta(before_p, metrics.snapshot(llm.get_metrics()))
+        prefill: dict[str, Any] = {"probe_s": None, "probe_steps": None, "method": None}
+        if self.study.raw["prefill_probe"]:
+            llm.reset_prefix_cache()
+            before_p = metrics.snapshot(llm.get_metrics())
+            t3 = time.perf_counter()
+            llm.generate([TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"], 1),
+                         use_tqdm=False)
+            prefill = {"probe_s": time.perf_counter() - t3,
+                       "probe_steps": metrics.delta(before_p, metrics.snapshot(llm.get_metrics()))["steps"],
+                       "method": "max_tokens=1 probe on an empty prefix cache"}
 
         return {
             "workload": wl,
@@ -247,7 +256,7 @@ class Engine:
             "warm_count": len(warm_ids),
             "outs": outs,
             "delta": d,
-            "prefill": {"probe_s": prefill_s, "probe_steps": dp["steps"], "method": "max_tokens=1 probe"},
+            "prefill": prefill,
             "warmup_s": warmup_s,
             "gen_wall_s": gen_wall_s,
             "gpu": sampler.summary(),

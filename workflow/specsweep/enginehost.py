@@ -171,18 +171,19 @@ def _manager_lock(d: Path) -> Iterator[None]:
 
 
 def live_hosts(d: Path) -> dict[str, dict[str, Any]]:
-    """key -> ping reply of every answering host; stale sockets and records are removed."""
+    """key -> record of every host whose process is alive (busy or idle: a busy host does not answer a ping
+    until its measurement ends, so liveness is its pid, not a ping); dead hosts' files are removed."""
     out = {}
-    for sock_path in sorted(d.glob("*.sock")):
-        reply = ping(sock_path)
-        if reply is None:
-            sock_path.unlink(missing_ok=True)
-            _record(d, sock_path.stem).unlink(missing_ok=True)
+    for rec_path in sorted(d.glob("*.json")):
+        rec = _read_record(rec_path)
+        if _pid_alive(rec.get("pid")):
+            out[rec_path.stem] = rec
         else:
-            out[sock_path.stem] = reply
-    for rec in d.glob("*.json"):
-        if rec.stem not in out and not _pid_alive(_read_record(rec).get("pid")):
-            rec.unlink(missing_ok=True)
+            rec_path.unlink(missing_ok=True)
+            _sock(d, rec_path.stem).unlink(missing_ok=True)
+    for sock_path in d.glob("*.sock"):
+        if sock_path.stem not in out:
+            sock_path.unlink(missing_ok=True)
     return out
 
 
@@ -208,7 +209,7 @@ def _pid_alive(pid: Any) -> bool:
         return True
 
 
-def stop_host(d: Path, key: str, wait_s: float = 120.0) -> None:
+def stop_host(d: Path, key: str, wait_s: float = START_TIMEOUT_S) -> None:
     """Ask a host to exit (it finishes the measurement in flight first) and wait for its process to end."""
     pid = _read_record(_record(d, key)).get("pid")
     try:
@@ -235,7 +236,7 @@ def _reap(pid: Any) -> None:
 def stop_all(d: Path | None = None) -> list[str]:
     d = d or engine_dir()
     with _manager_lock(d):
-        keys = sorted(set(live_hosts(d)) | {p.stem for p in d.glob("*.json")})
+        keys = sorted(live_hosts(d))
         for key in keys:
             stop_host(d, key)
     return keys
@@ -247,8 +248,8 @@ def ensure_host(key: str, argv: list[str], log_path: Path, d: Path) -> dict[str,
     with _manager_lock(d):
         hosts = live_hosts(d)
         if key in hosts:
-            rec = _read_record(_record(d, key))
-            return {"spawned": False, "spawned_at": rec.get("spawned_at"), "pid": hosts[key]["pid"]}
+            rec = hosts[key]
+            return {"spawned": False, "spawned_at": rec.get("spawned_at"), "pid": rec["pid"]}
         for other in hosts:
             stop_host(d, other)
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -273,7 +273,7 @@ class Tables:
     def footer(self, cells: Iterable[Cell]) -> str:
         """Footer: run, n, what a whisker is, device and vLLM (of ``cells``; of the run if none has a row)."""
         cells = list(cells)
-        rows = self.rows_of(cells) or list(self.cells.values())
+        rows = [r for r in self.rows_of(cells) if r.get("n")] or [r for r in self.cells.values() if r.get("n")]
         fewer = sum(1 for c in cells if 0 < self.n(c) < self.repeats)
         n_text = f"n = {self.repeats} repeat{'s' if self.repeats != 1 else ''} per cell"
         if fewer:
@@ -564,8 +564,8 @@ def _fig2_r_vs_k(ctx: _Ctx) -> _Needs:
         values: dict[tuple[str, str], Val | None] = {}
         for method in methods:
             key = (model, workload, method)
-            for q in ("R", "K", "T"):
-                values[(method, q)] = data.spd(key, q)
+            for q in ("R", "K", "T"):  # K is the cell's own (it needs no baseline)
+                values[(method, q)] = data.val(key, "K") if q == "K" else data.spd(key, q)
         labels = {key: (f"{v.point:.2f}", "black") for key, v in values.items() if v is not None}
         _bars(ax, methods, ("R", "K", "T"), values, color=lambda _, q: COLORS[q], labels=labels,
               ylabel=f"ratio (vs {data.baseline}) or tokens per step", repeats=data.repeats, headroom=1.55)
@@ -584,7 +584,8 @@ def _fig2_r_vs_k(ctx: _Ctx) -> _Needs:
                         fontsize=8, fontweight="bold", color=colour, linespacing=1.1)
         ax.set_xlabel("ladder step   (R: step time vs baseline · K: 1 + accepted/drafts · "
                       "T: tokens per step vs baseline)")
-        needs.notes.append("R, K, T, speedup and verdict from speedup.parquet with their 95 % intervals; "
+        needs.notes.append("R, T, speedup and verdict from speedup.parquet, K from cells.parquet, each with its 95 % "
+                           "interval; "
                            "speedup = T / R exactly (ratio of medians); K is the per-request proxy for T")
     return needs
 
@@ -917,6 +918,9 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
             if len(keys) > 1:
                 ax.plot([math.exp(xs[f"{k[0]}|{m}"]) for k in keys], [stat[k][0] for k in keys],
                         color="#999999", linewidth=1.0, zorder=2)
+        if not stat:
+            ax.text(0.5, 0.5, f"no model has a speedup on {', '.join(common)} yet", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=9, color=MISSING_COLOR)
         # axes limits fixed before measuring anything in display space
         ax.axhline(1.0, color="black", linewidth=0.8, zorder=1)
         ymin, ymax = ax.get_ylim()
@@ -1030,8 +1034,9 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
     from .claims import k_predictions
 
     data, model = ctx.data, ctx.model
-    spec = [c for c, row in sorted(data.cells.items(), key=lambda kv: (
-        (data.model_sizes().get(kv[0][0]) or 0.0), kv[0])) if row.get("method") not in (None, "none")]
+    sizes = data.model_sizes()
+    spec = [c for c, row in sorted(data.cells.items(), key=lambda kv: (sizes.get(kv[0][0]) or 0.0, kv[0]))
+            if row.get("method") not in (None, "none")]
     needs = _Needs.of(data, spec)
     title = ("Measured K against K predicted from the acceptance at draft position 1, p1, and the mean draft "
              "length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1)")

@@ -1,7 +1,11 @@
-"""Fidelity check: the same prompts, engine and sampling through vLLM's own offline throughput harness
-(``vllm.benchmarks.throughput.run_vllm``, what ``vllm bench throughput`` runs), for comparison with a cell
-measured by specsweep's runner with the same sampling (vLLM's harness samples at temperature 1.0 with
-ignore_eos, so the cell to compare is run with ``sampling: {temperature: 1.0, ignore_eos: true}``)."""
+"""Fidelity check: the same prompts and engine through vLLM's own offline throughput harness
+(``vllm.benchmarks.throughput.run_vllm``, what ``vllm bench throughput`` runs) and through specsweep's
+engine, `runs` times each in interleaved order (ABBA...), each pass on a fresh engine (cold prefix cache):
+medians, their ratio and its bootstrap interval -> results/{run}/tables/fidelity.json.
+
+vLLM's harness generates exactly expected_output_len tokens (ignore_eos) and samples with its own
+defaults; the config compared with it should set ``sampling: {ignore_eos: true}`` (greedy: temperature 0
+is passed through where run_vllm accepts sampling settings, else its default is recorded)."""
 
 from __future__ import annotations
 
@@ -64,4 +68,82 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
         "finished": provenance.utc_now(),
     }
     atomic_write_json(Path(out), doc)
+    return doc
+
+
+def _specsweep_pass(study: Study, cell: Cell, workload_path: Path, model: str) -> dict[str, Any]:
+    """One timed pass by specsweep's own engine path on a fresh engine, then the engine is shut down."""
+    import gc
+
+    from .engine import Engine
+
+    eng = Engine(study, cell, model, 1)
+    eng.start()
+    raw = eng.measure(cell, workload_path)
+    out_tokens = sum(len(o.outputs[0].token_ids) for o in raw["outs"])
+    res = {"side": "specsweep", "elapsed_s": raw["gen_wall_s"], "output_tokens": out_tokens,
+           "output_tok_s": out_tokens / raw["gen_wall_s"], "engine_start_s": eng.engine_start_s}
+    _shutdown(eng.llm)
+    del eng, raw
+    gc.collect()
+    return res
+
+
+def _shutdown(llm: Any) -> None:
+    import gc
+
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:
+        pass
+    del llm
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:
+        pass
+
+
+def run_fidelity(study: Study, cell: Cell, workload_path: Path, out: Path, model_path: str | None,
+                 runs: int = 3) -> dict[str, Any]:
+    """specsweep vs vLLM's run_vllm on one cell, `runs` fresh-engine passes each, interleaved."""
+    from . import stats
+
+    os.environ.update(cell_env(study, cell))
+    model = resolve_model(study, cell, model_path)
+    order = []
+    for i in range(runs):
+        order += ["specsweep", "harness"] if i % 2 == 0 else ["harness", "specsweep"]
+    passes: list[dict[str, Any]] = []
+    for side in order:
+        if side == "specsweep":
+            res = _specsweep_pass(study, cell, workload_path, model)
+        else:
+            doc = run_harness(study, cell, workload_path, out.with_suffix(f".harness{len(passes)}.json"), model_path)
+            res = {"side": "harness", "elapsed_s": doc["elapsed_s"], "output_tokens": doc["output_tokens"],
+                   "output_tok_s": doc["output_tok_s"]}
+        res["order"] = len(passes) + 1
+        passes.append(res)
+        print(f"fidelity pass {res['order']} {side}: {res['output_tok_s']:.1f} tok/s", flush=True)
+    a = [p["output_tok_s"] for p in passes if p["side"] == "specsweep"]
+    b = [p["output_tok_s"] for p in passes if p["side"] == "harness"]
+    ratio, lo, hi = stats.ratio_ci(a, b)
+    doc = {
+        "format": "specsweep-fidelity/1",
+        "run": study.run, "cell": cell.key, "model_weights": study.models[cell.model].weights,
+        "runs_each": runs, "order": order, "passes": passes,
+        "specsweep_median_tok_s": stats.median(a), "harness_median_tok_s": stats.median(b),
+        "ratio_of_medians": ratio, "ratio_lo": lo, "ratio_hi": hi,
+        "specsweep_cv": stats.cv(a), "harness_cv": stats.cv(b),
+        "goal": [0.97, 1.03],
+        "within_goal": None if ratio is None else bool(0.97 <= ratio <= 1.03),
+        "sampling": study.sampling, "workload_file": str(workload_path),
+        "versions": provenance.versions(), "finished": provenance.utc_now(),
+    }
+    atomic_write_json(Path(out), doc)
+    for p in Path(out).parent.glob(Path(out).stem + ".harness*.json"):
+        p.unlink()
     return doc

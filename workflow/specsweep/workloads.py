@@ -44,6 +44,19 @@ SONNET_INSTRUCTION = (
     "Continue the following poem in the same style, writing new lines in the manner of Shakespeare's sonnets."
 )
 CHAT_INSTRUCTION = "Read this excerpt from a poem and answer the question that follows."
+#: The non-excerpt part of a chat prompt: a reader's notes, none of it sonnet text.
+CHAT_NOTES = (
+    "I am preparing a seminar on early modern poetry and want to understand this passage better.",
+    "Last week we discussed how poets of the period used seasons and nature as images.",
+    "Some students found the language difficult, so plain explanations help.",
+    "We have also been comparing how different readers interpret the same lines.",
+    "Please consider the historical context as well as the wording itself.",
+    "I would like to hear how the structure of the lines supports their meaning.",
+    "Our group keeps returning to the question of who the poems are really addressed to.",
+    "Several of us noticed recurring words and wondered what they signal.",
+    "The discussion so far has focused on imagery, rhyme and the turn of the argument.",
+    "Feel free to quote from the excerpt when you explain your reading.",
+)
 CODE_INSTRUCTION = (
     "Implement every function below in Python. Replace each `pass` with a working body and keep the signatures."
 )
@@ -61,18 +74,24 @@ def sonnet_prompt(rng: random.Random, lines: list[str], spec: WorkloadSpec) -> s
 
 
 def chat_prompt(rng: random.Random, lines: list[str], spec: WorkloadSpec) -> tuple[str, float]:
-    """A contiguous excerpt grown until it is excerpt_share of the prompt, then a question about it."""
+    """A prompt of about a sonnet prompt's size (spec.lines lines' worth of text), excerpt_share of it a
+    contiguous sonnet excerpt, the rest a reader's notes (not sonnet text), then a question at the end. No
+    instruction shortens the answer: answers run until EOS (the article: ~660 tokens)."""
     question = rng.choice(CHAT_QUESTIONS)
-    head = CHAT_INSTRUCTION + "\n\n"
-    tail = f"\n\nQuestion: {question}\nAnswer in a short paragraph."
     start = rng.randrange(len(lines))
+    mean_line = sum(len(x) + 1 for x in lines) / len(lines)
+    target = spec.lines * mean_line  # a sonnet prompt's size in characters
     excerpt: list[str] = []
-    while True:
+    while len("\n".join(excerpt)) < spec.excerpt_share * target:
         excerpt.append(lines[(start + len(excerpt)) % len(lines)])
-        body = "\n".join(excerpt)
-        share = len(body) / (len(body) + len(head) + len(tail))
-        if share >= spec.excerpt_share:
-            return head + body + tail, share
+    body = "\n".join(excerpt)
+    notes: list[str] = []
+    while len(" ".join(notes)) < (1 - spec.excerpt_share) * target:
+        notes.append(rng.choice(CHAT_NOTES))
+    head = CHAT_INSTRUCTION + "\n\nReader's notes: " + " ".join(notes) + "\n\nExcerpt:\n"
+    tail = f"\n\nQuestion: {question}"
+    text = head + body + tail
+    return text, len(body) / len(text)
 
 
 def code_prompt(rng: random.Random, spec: WorkloadSpec) -> str:

@@ -1,0 +1,263 @@
+"""Figures at full size: a SYNTHETIC paper run (config/config.yaml, 156 cells x 3 repeats) written straight
+into the tables' columns from a seeded RNG (a rendering test, not a measurement); every figure rendered
+twice, byte-identical; no missing cells; figure 5's labels do not overlap; captions from the data."""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import ROOT
+from specsweep import stats, tables
+from specsweep.captions import captions, write_captions
+from specsweep.config import build_study
+from specsweep.figures import DPI, FIGURES, fig5_layout, render_all
+
+REPEATS = 3
+NSPEC = {"ngram": 7, "suffix": 32, "trident": 32}
+
+
+def paper_study(repeats: int = REPEATS):
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg["repeats"] = repeats
+    return build_study(copy.deepcopy(cfg))
+
+
+def _speedup_of(size: float, config: str, workload: str) -> float:
+    """A plausible speedup: regression at <= 7B, gains above, suffix better on code; similar for 70B/72B."""
+    base = 0.78 + 0.17 * math.log10(size / 0.125) if size < 10 else 1.05 + 0.12 * math.log10(size / 14)
+    base *= {"ngram": 0.93, "suffix": 1.0, "trident": 1.04}[config]
+    base *= {"code": 1.08, "sonnet": 1.03, "chat": 0.97}.get(workload, 1.0)
+    return base
+
+
+def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str, str, str], ...] = ()) -> None:
+    """cells.parquet and speedup.parquet of a made-up full run, with the tables' own columns and statistics.
+    ``drop``: cells written as status missing (n = 0)."""
+    study = study or paper_study()
+    rng = np.random.default_rng(seed)
+    meta = {"specsweep.run": study.run, "specsweep.repeats": str(study.repeats),
+            "specsweep.baseline": study.baseline, "specsweep.allow_mismatch": "false",
+            "specsweep.mismatches": "[]", "specsweep.allow_stale": "false", "specsweep.stale": "[]"}
+    series: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    crow = []
+    for cell in study.cells:
+        spec = study.models[cell.model]
+        step = study.ladder[cell.config]
+        method = step.method
+        row = dict.fromkeys((n for n, _ in tables.CELL_COLUMNS), None)
+        row |= {"run": study.run, "model": cell.model, "model_params_b": float(spec.params_b), "tp": spec.tp,
+                "workload": cell.workload, "config": cell.config, "method": method,
+                "group": study.cell_groups[cell], "repeats": study.repeats}
+        key = (cell.model, cell.workload, cell.config)
+        if key in drop:
+            row |= {"status": "missing", "n": 0}
+            crow.append(row)
+            continue
+        size = spec.params_b
+        base_tps = 180.0 + 20 * rng.random()           # baseline tokens per step (whole batch)
+        base_step = 12.0 + 9.0 * math.log10(1 + size)  # ms
+        r = 1.0 if method == "none" else 1.22 + 0.15 * rng.random()
+        s = 1.0 if method == "none" else _speedup_of(size, cell.config, cell.workload) * (0.97 + 0.06 * rng.random())
+        t = s * r
+        n = study.repeats
+        noise = lambda cv: 1 + cv * rng.standard_normal(n)  # noqa: E731
+        vals: dict[str, list[float]] = {
+            "tokens_per_step": list(base_tps * t * noise(0.01)),
+            "step_time_ms": list(base_step * r * noise(0.02)),
+        }
+        vals["decode_step_time_ms"] = [x * 0.9 for x in vals["step_time_ms"]]
+        vals["output_tok_s"] = [1000 * a / b * 0.98 for a, b in zip(vals["tokens_per_step"], vals["step_time_ms"])]
+        vals["gen_wall_s"] = [256 * 600 / x for x in vals["output_tok_s"]]
+        vals["gpu_util_mean"] = list((92 - (8 if method != "none" else 0)) * noise(0.01))
+        vals["prefill_share"] = list(0.2 * noise(0.05))
+        if method != "none":
+            nspec = NSPEC[cell.config]
+            drafts = 20000
+            p1 = (0.35 if method == "ngram" else 0.45) + 0.25 * rng.random() + (0.1 if cell.workload == "code" else 0)
+            rise = 0.02 + 0.05 * rng.random()
+            p = [min(0.95, p1 + rise * i) for i in range(nspec)]
+            shrink = 0.85 + 0.12 * rng.random()
+            reach = [1.0 if method == "ngram" else shrink ** i for i in range(nspec)]  # drafts this long
+            acc, a = [], float(drafts)
+            for i in range(nspec):
+                a *= p[i] * (reach[i] / reach[i - 1] if i else 1.0)
+                acc.append(int(a))
+            dtok = int(drafts * sum(reach))
+            k = 1 + sum(acc) / drafts
+            vals["K"] = list(k * noise(0.01))
+            vals["alpha"] = list(sum(acc) / dtok * noise(0.01))
+            row |= {"drafts": drafts * n, "draft_tokens": dtok * n, "accepted": sum(acc) * n,
+                    "accepted_per_pos": [x * n for x in acc]}
+        for m in tables.STAT_METRICS:
+            v = vals.get(m)
+            if v is None:
+                continue
+            lo, hi = stats.bootstrap_ci(v)
+            row |= {f"{m}_median": stats.median(v), f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_cv": stats.cv(v)}
+        row |= {"status": "ok", "n": n, "prompts": 256, "input_tokens_mean": 1900.0, "output_tokens_mean": 600.0,
+                "gpu_memory_utilization": step.gpu_memory_utilization,
+                "cudagraph_mode_requested": (step.compilation or {}).get("cudagraph_mode", "default"),
+                "cudagraph_mode_effective": "PIECEWISE", "async_scheduling": method == "none",
+                "model_runner": "v2" if method == "none" else "v1", "device_name": "NVIDIA H200 (synthetic)",
+                "vllm_version": "0.0.0-synthetic",
+                "prompts_match_baseline_min": None if method == "none" else 250}
+        series[key] = vals
+        crow.append(row)
+
+    by_cell = {(c["model"], c["workload"], c["config"]): c for c in crow}
+    sp = []
+    for c in crow:
+        if c["config"] == study.baseline:
+            continue
+        key = (c["model"], c["workload"], c["config"])
+        bkey = (c["model"], c["workload"], study.baseline)
+        base = by_cell[bkey]
+        row = dict.fromkeys((n for n, _ in tables.SPEEDUP_COLUMNS), None)
+        row |= {k: c[k] for k in ("run", "model", "model_params_b", "workload", "config", "method")}
+        row |= {"baseline": study.baseline, "n": c["n"], "n_baseline": base["n"], "status": "missing"}
+        if c["n"] and base["n"]:
+            a, b = series[key], series[bkey]
+            spd, lo, hi = stats.ratio_ci(a["output_tok_s"], b["output_tok_s"])
+            r_, r_lo, r_hi = stats.ratio_ci(a["step_time_ms"], b["step_time_ms"])
+            rd, rd_lo, rd_hi = stats.ratio_ci(a["decode_step_time_ms"], b["decode_step_time_ms"])
+            t, t_lo, t_hi = stats.ratio_ci(a["tokens_per_step"], b["tokens_per_step"])
+            row |= {"status": "ok", "speedup": spd, "speedup_lo": lo, "speedup_hi": hi,
+                    "verdict": stats.verdict(spd, lo, hi), "gain_pct": 100 * (spd - 1),
+                    "K": c["K_median"], "K_lo": c["K_lo"], "K_hi": c["K_hi"], "alpha": c["alpha_median"],
+                    "R": r_, "R_lo": r_lo, "R_hi": r_hi, "R_decode": rd, "R_decode_lo": rd_lo,
+                    "R_decode_hi": rd_hi, "T": t, "T_lo": t_lo, "T_hi": t_hi,
+                    "output_tok_s": c["output_tok_s_median"], "baseline_output_tok_s": base["output_tok_s_median"],
+                    "tokens_per_step": c["tokens_per_step_median"],
+                    "baseline_tokens_per_step": base["tokens_per_step_median"],
+                    "gen_wall_s": c["gen_wall_s_median"], "baseline_gen_wall_s": base["gen_wall_s_median"],
+                    "gpu_util_mean": c["gpu_util_mean_median"],
+                    "baseline_gpu_util_mean": base["gpu_util_mean_median"],
+                    "async_scheduling": c["async_scheduling"], "baseline_async_scheduling": base["async_scheduling"],
+                    "model_runner": c["model_runner"], "baseline_model_runner": base["model_runner"],
+                    "cudagraph_mode_effective": c["cudagraph_mode_effective"],
+                    "baseline_cudagraph_mode_effective": base["cudagraph_mode_effective"],
+                    "prompts": c["prompts"], "prompts_match_baseline": c["prompts_match_baseline_min"]}
+        sp.append(row)
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(tables._table(crow, tables.CELL_COLUMNS, meta), out / "cells.parquet")
+    pq.write_table(tables._table(sp, tables.SPEEDUP_COLUMNS, meta), out / "speedup.parquet")
+
+
+@pytest.fixture(scope="module")
+def paper_tables(tmp_path_factory) -> tuple[Path, object]:
+    study = paper_study()
+    out = tmp_path_factory.mktemp("paper-tables")
+    synthetic_tables(out, study)
+    return out, study
+
+
+def _render(tables_dir: Path, out: Path, study) -> dict:
+    manifest = render_all(tables_dir, out, study.raw["headline_model"], study.run)
+    write_captions(tables_dir, study.raw["headline_model"], out / "captions")
+    return manifest
+
+
+def test_full_size_run_renders_byte_identical_with_nothing_missing(paper_tables, tmp_path):
+    tables_dir, study = paper_tables
+    paper_cells = [c for c in study.cells if study.cell_groups[c] != "controls"]
+    assert len(paper_cells) == 156 and study.repeats == 3
+    m1 = _render(tables_dir, tmp_path / "a", study)
+    m2 = _render(tables_dir, tmp_path / "b", study)
+    assert m1 == m2
+    names = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert len(names) == 2 * len(FIGURES) + len(FIGURES) + 1  # png + svg, captions, manifest
+    for rel in names:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+    assert list(m1["figures"]) == list(FIGURES) and m1["repeats"] == 3 and m1["baseline"] == "vanilla"
+    for stem, fig in m1["figures"].items():
+        assert fig["missing"] == [] and fig["partial"] == [], stem
+        assert fig["cells"], stem
+    # figure 5 uses every cell of the common workloads (sonnet, chat, code) of all 9 models
+    assert len(m1["figures"]["fig5_model_size"]["cells"]) == 9 * 3 * 3
+    # figure 7: every speculative cell of the run
+    assert len(m1["figures"]["fig7_k_predicted"]["cells"]) == sum(
+        1 for c in study.cells if study.ladder[c.config].method != "none")
+    # every figure states n (matplotlib keeps each text as a comment beside its glyph paths in the SVG)
+    for stem in FIGURES:
+        assert "n = 3 repeats per cell" in (tmp_path / "a" / f"{stem}.svg").read_text(), stem
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+@pytest.mark.parametrize("seed", [7, 3])
+def test_fig5_labels_and_markers_do_not_overlap(paper_tables, tmp_path, seed):
+    tables_dir, study = paper_tables
+    if seed != 7:
+        tables_dir = tmp_path / "t"
+        synthetic_tables(tables_dir, study, seed=seed)
+    layout = fig5_layout(tables_dir, study.run)
+    boxes, markers = layout["labels"], layout["markers"]
+    assert len(boxes) == 9 and len(markers) == 18
+    texts = [t for t, _ in boxes]
+    assert "llama-3.3-70b (70B)" in texts and "qwen2.5-72b (72B)" in texts
+    for i, (ta, a) in enumerate(boxes):
+        for tb, b in boxes[i + 1:]:
+            assert not _overlap(a, b), f"labels {ta!r} and {tb!r} overlap: {a} {b}"
+    # no two markers on top of each other (70B and 72B included): centres at least a marker apart (6 pt)
+    r = 6 * DPI / 72
+    for i, (ka, xa, ya) in enumerate(markers):
+        for kb, xb, yb in markers[i + 1:]:
+            assert math.hypot(xa - xb, ya - yb) >= r, f"markers {ka} and {kb} overlap"
+    # and no label sits on a marker
+    for t, bb in boxes:
+        for k, x, y in markers:
+            assert not _overlap(bb, (x - r / 2, y - r / 2, x + r / 2, y + r / 2)), f"label {t!r} on marker {k}"
+
+
+def test_missing_cells_are_listed_and_partial_runs_render(tmp_path):
+    study = paper_study()
+    drop = (("llama-3.3-70b-instruct", "code", "trident"), ("llama-3.3-70b-instruct", "sonnet", "vanilla"),
+            ("qwen2.5-7b-instruct", "chat", "ngram"))
+    synthetic_tables(tmp_path / "t", study, drop=drop)
+    m = _render(tmp_path / "t", tmp_path / "f", study)
+    missing = {stem: {(c["model"], c["workload"], c["config"]) for c in f["missing"]}
+               for stem, f in m["figures"].items()}
+    assert drop[0] in missing["fig1_headline"] and drop[1] in missing["fig1_headline"]
+    assert drop[0] in missing["fig2_r_vs_k_code"] and drop[1] in missing["fig3_sonnet_ladder"]
+    assert drop[2] in missing["fig5_model_size"] and drop[0] in missing["fig7_k_predicted"]
+    assert all((tmp_path / "f" / f"{s}.png").is_file() for s in FIGURES)
+
+
+def test_captions_read_the_data(paper_tables, tmp_path):
+    tables_dir, study = paper_tables
+    text = captions(tables_dir, study.raw["headline_model"])
+    assert list(text) == list(FIGURES)
+    assert "n = 3" in text["fig1_headline"]
+    assert "gmu 0.80" in text["fig1_headline"] and "PIECEWISE" in text["fig1_headline"]
+    assert "32" in text["fig1_headline"]
+    # another ladder in the tables gives another caption: nothing is typed in
+    cells = pq.read_table(tables_dir / "cells.parquet")
+    rows = cells.to_pylist()
+    for r in rows:
+        if r["config"] == "trident":
+            r["gpu_memory_utilization"] = 0.70
+    other = tmp_path / "t"
+    other.mkdir()
+    pq.write_table(tables._table(rows, tables.CELL_COLUMNS, {k.decode(): v.decode() for k, v in
+                                                              cells.schema.metadata.items()}),
+                   other / "cells.parquet")
+    (other / "speedup.parquet").write_bytes((tables_dir / "speedup.parquet").read_bytes())
+    assert "gmu 0.70" in captions(other, study.raw["headline_model"])["fig1_headline"]
+    assert "geometric mean" in text["fig5_model_size"] and "Leviathan" in text["fig7_k_predicted"]
+    # each caption is valid RST (the Snakemake report renders it): no warning from docutils
+    docutils_core = pytest.importorskip("docutils.core")
+    for stem, caption in text.items():
+        err = io.StringIO()
+        docutils_core.publish_string(caption, writer="null",
+                                     settings_overrides={"warning_stream": err, "report_level": 1})
+        assert err.getvalue() == "", f"{stem}: {err.getvalue()}"

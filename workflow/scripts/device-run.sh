@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Device side (the lent GPU machine, after .device/install-vllm.sh): installs Snakemake from carried wheels,
+# reassembles the SmolLM2 GGUF from stashed pieces, then runs Snakemake itself with the arguments given,
+# stopping it before the call's time limit (a later call resumes by existence), and packs the run's results,
+# logs and benchmarks into $OUT/results.tar.gz.
+#
+#   bash workflow/scripts/device-run.sh BUDGET_S RUN SNAKEMAKE_ARG...
+set -uo pipefail
+budget=$1 run=$2
+shift 2
+# shellcheck source=/dev/null
+. /tmp/site/env.sh
+if ! python3 -c "import snakemake" 2>/dev/null; then
+  bash workflow/scripts/device-install-workflow.sh .device/snakemake-wheels >/dev/null || exit 1
+fi
+gguf=/root/stash/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f "$gguf" ] && ls /root/stash/ggufpart0* >/dev/null 2>&1; then
+  cat /root/stash/ggufpart0* > "$gguf.tmp" && mv "$gguf.tmp" "$gguf"
+fi
+echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $gguf" | sha256sum -c - || exit 1
+export SPECSWEEP_GGUF=$gguf PYTHONPATH=$PWD/workflow:$PYTHONPATH SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
+timeout --signal=INT --kill-after=20 "$budget" python3 -m snakemake "$@"
+rc=$?
+echo "snakemake exit $rc"
+python3 -m specsweep.cli engines --stop || true
+if [ -n "${OUT:-}" ]; then
+  tar czf "$OUT/results.tar.gz" --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" "figures/$run" 2>/dev/null
+  ls -la "$OUT"
+fi
+exit $rc
