@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -90,8 +89,10 @@ groups:
     configs: [vanilla, ngram, suffix, trident]
 """
 SMOKE = BASE
-MODEL = "smollm2-135m-instruct"
-SPEC_CELL = ROOT / "results/h200-smollm2/cells" / MODEL / "code/ngram.json"
+#: Real measurements (H200, SmolLM2-135M, 512 prompts; specsweep-cell/1, from the first H200 run) kept as fixtures.
+CELL_DATA = Path(__file__).resolve().parent / "data" / "cells"
+SPEC_CELL = CELL_DATA / "h200-smollm2-code-ngram.json"
+VANILLA_CELL = CELL_DATA / "h200-smollm2-code-vanilla.json"
 PREFIX = "specsweep: error: "
 
 
@@ -504,7 +505,7 @@ def test_mistyped_target_is_a_missing_rule(tmp_path):
 # ============================================================================================ cell JSON
 
 def format2(doc: dict) -> dict:
-    """The committed H200 cells are specsweep-cell/1: the same measurement as /2 (repeat 1 on a fresh engine)."""
+    """The fixture cells are specsweep-cell/1: the same measurement as /2 (repeat 1 on a fresh engine)."""
     doc = copy.deepcopy(doc)
     doc.pop("vanilla_match", None)
     start = doc["timing"]["engine_start_s"]
@@ -531,9 +532,9 @@ def cell_file(tmp_path: Path, doc_or_text) -> Path:
 
 
 def test_real_cells_are_consistent():
-    """The committed measurements (format 1) agree with themselves, and pass as format 2."""
-    found = sorted((ROOT / "results").glob("*/cells/*/*/*.json"))
-    assert len(found) >= 18
+    """The real measurements (format 1) agree with themselves, and pass as format 2."""
+    found = sorted(CELL_DATA.glob("*.json"))
+    assert len(found) == 5
     for path in found:
         doc = json.loads(path.read_text())
         cells.check_consistency(doc, str(path))
@@ -649,7 +650,7 @@ def test_check_consistency_on_a_shapeless_doc():
 
 
 def test_vanilla_cell_with_spec_counts(tmp_path):
-    doc = format2(json.loads((ROOT / "results/h200-smollm2/cells" / MODEL / "code/vanilla.json").read_text()))
+    doc = format2(json.loads(VANILLA_CELL.read_text()))
     doc["spec"] = cell_doc()["spec"]
     path = cell_file(tmp_path, doc)
     assert refused(cells.load, path) == \
