@@ -19,6 +19,17 @@ import copy  # noqa: E402
 
 import yaml  # noqa: E402
 
+from specsweep.config import check_config_files  # noqa: E402
+
+# Snakemake has already read each config file itself (JSON, else YAML through YTE, which evaluates a file
+# with `__use_yte__: true` as a Python template and drops the key): under Snakemake a config file is trusted
+# input. Re-read each as plain data, so that a YTE key, duplicate keys, boolean names or an alias bomb stop
+# here with the one line the CLI gives for the same file.
+try:
+    check_config_files(workflow.configfiles)
+except SpecsweepError as exc:
+    sys.exit(f"specsweep: error: {exc}")
+
 
 def _granted_gpus() -> int | None:
     """N of --resources gpu=N (None when not given)."""

@@ -27,14 +27,16 @@ from .errors import SpecsweepError
 
 
 def _overrides(items: Sequence[str] | None) -> dict[str, Any]:
+    from .config import parse_yaml
+
     out: dict[str, Any] = {}
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep:
             raise SpecsweepError(f"--set {item}: expected KEY=VALUE")
-        import yaml
-
-        out[key] = yaml.safe_load(value) if value else None
+        if key in out:
+            raise SpecsweepError(f"--set {key}: given twice")
+        out[key] = parse_yaml(value, f"--set {key}") if value else None
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -47,8 +48,50 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
+class JsonRefused(Exception):
+    """JSON that parses but is not data this pipeline accepts (duplicate key, NaN, Infinity)."""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise JsonRefused(f"duplicate key {key[:60]!r} in one object")
+        out[key] = value
+    return out
+
+
+def _constant(name: str) -> Any:
+    raise JsonRefused(f"{name} is not a number JSON allows")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JsonRefused(f"{text[:40]} is too large a number (it overflows to infinity)")
+    return value
+
+
+def loads_strict(text: str) -> Any:
+    """json.loads that raises JsonRefused for a duplicate key, NaN, Infinity or a float overflowing to inf."""
+    return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float)
+
+
+def parse_json(text: str, where: str) -> Any:
+    """Strict JSON: no duplicate keys, no NaN or Infinity; every refusal is one line starting with `where`."""
+    try:
+        return loads_strict(text)
+    except JsonRefused as exc:
+        raise SpecsweepError(f"{where}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecsweepError(f"{where}: not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}") from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit integer, nesting deeper than Python's stack
+        raise SpecsweepError(f"{where}: not valid JSON ({type(exc).__name__}: {exc})") from None
+
+
 def read_json(path: Path, what: str = "JSON file") -> Any:
-    """Read a JSON file; a missing, empty, truncated or non-JSON file is a one-line SpecsweepError."""
+    """Read a JSON file; a missing, empty, truncated, non-JSON file, a duplicated key, NaN or Infinity is a
+    one-line SpecsweepError."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -58,9 +101,4 @@ def read_json(path: Path, what: str = "JSON file") -> Any:
         raise SpecsweepError(f"{what} {path}: cannot be read ({exc})") from None
     if not text.strip():
         raise SpecsweepError(f"{what} {path}: file is empty")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecsweepError(
-            f"{what} {path}: not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}"
-        ) from None
+    return parse_json(text, f"{what} {path}")

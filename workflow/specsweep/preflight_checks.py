@@ -1,0 +1,120 @@
+"""Cheap checks made before any GPU second is spent: pure functions of what a cell is given (the config's
+environment, the model folder, the tokenised prompts), each refusing with one line naming the culprit.
+
+The config check (`config.build_study`) calls `check_env`; the cell runner calls `check_model_dir` before
+the engine starts and `check_prompt_lengths` once the prompts are tokenised and before they are generated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecsweepError
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Variables that choose GPUs or configure specsweep's GPU slots: they belong to the scheduler or the node,
+#: and set from a config they would switch the slot locking off or point it elsewhere.
+RESERVED_ENV = {
+    "CUDA_VISIBLE_DEVICES": "it belongs to the scheduler (set there, it switches specsweep's GPU locking off)",
+    "NVIDIA_VISIBLE_DEVICES": "it belongs to the scheduler or the container runtime",
+    "HIP_VISIBLE_DEVICES": "it belongs to the scheduler",
+    "ROCR_VISIBLE_DEVICES": "it belongs to the scheduler",
+    "SPECSWEEP_GPU_IDS": "it describes the node: export it in the shell that runs the workflow",
+    "SPECSWEEP_SLOT_DIR": "it describes the node: export it in the shell that runs the workflow",
+    "SPECSWEEP_SLOT_TIMEOUT_S": "it describes the node: export it in the shell that runs the workflow",
+}
+MAX_MODEL_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+def check_env(env: Any, where: str = "config: env") -> None:
+    """The config's `env`: valid names (`[A-Za-z_][A-Za-z0-9_]*`), string values without NUL, no reserved key."""
+    if not isinstance(env, Mapping):
+        raise SpecsweepError(f"{where}: must be a mapping of NAME: value, got {type(env).__name__}")
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise SpecsweepError(f"{where}: {str(name)[:60]!r} is not a valid environment variable name")
+        if name in RESERVED_ENV:
+            raise SpecsweepError(f"{where}.{name}: may not be set in the config: {RESERVED_ENV[name]}")
+        if not isinstance(value, str):
+            raise SpecsweepError(
+                f"{where}.{name}: the value must be a string, got {type(value).__name__} (quote it)"
+            )
+        if "\x00" in value:
+            raise SpecsweepError(f"{where}.{name}: the value contains a NUL character")
+
+
+def check_model_dir(path: Path | str) -> dict[str, Any]:
+    """A local model folder: it exists and holds a config.json that is a JSON object (returned)."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise SpecsweepError(f"model path {p}: does not exist or is not a directory")
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        raise SpecsweepError(f"model path {p}: has no config.json")
+    try:
+        with open(cfg, "rb") as fh:
+            raw = fh.read(MAX_MODEL_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise SpecsweepError(f"model path {p}: config.json cannot be read ({exc.strerror})") from None
+    if len(raw) > MAX_MODEL_CONFIG_BYTES:
+        raise SpecsweepError(f"model path {p}: config.json is larger than {MAX_MODEL_CONFIG_BYTES} bytes")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise SpecsweepError(f"model path {p}: config.json is not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise SpecsweepError(f"model path {p}: config.json is not a JSON object")
+    return doc
+
+
+def check_prompt_lengths(lengths: Sequence[int], max_tokens: Sequence[int], max_model_len: int,
+                         where: str) -> None:
+    """Every prompt and its max_tokens fit in max_model_len (else vLLM refuses it mid-run, after engine start).
+
+    `where` names the workload (e.g. "workload code"); the message names the prompt that overflows most
+    and the longest prompt."""
+    if len(lengths) != len(max_tokens):
+        raise SpecsweepError(f"{where}: {len(lengths)} prompt lengths but {len(max_tokens)} max_tokens")
+    if not lengths:
+        raise SpecsweepError(f"{where}: has no prompts")
+    for i, (n, m) in enumerate(zip(lengths, max_tokens)):
+        if n < 1:
+            raise SpecsweepError(f"{where}: prompt {i} is empty (0 tokens)")
+        if m < 1:
+            raise SpecsweepError(f"{where}: prompt {i} has max_tokens {m}, must be >= 1")
+    worst = max(range(len(lengths)), key=lambda i: (lengths[i] + max_tokens[i], -i))
+    need = lengths[worst] + max_tokens[worst]
+    if need > max_model_len:
+        longest = max(range(len(lengths)), key=lambda i: (lengths[i], -i))
+        over = sum(1 for n, m in zip(lengths, max_tokens) if n + m > max_model_len)
+        raise SpecsweepError(
+            f"{where}: prompt {worst} needs {lengths[worst]} + {max_tokens[worst]} (max_tokens) = {need} tokens, "
+            f"more than engine.max_model_len {max_model_len} ({over} of {len(lengths)} prompts too long; "
+            f"the longest prompt, {longest}, has {lengths[longest]} tokens)"
+        )
+
+
+def check_workload_current(doc: Mapping[str, Any], spec: Any, where: str, seed: int | None = None,
+                           warmup: int | None = None) -> None:
+    """A workload file was made for the workload the config describes now (spec: a config.WorkloadSpec or
+    its fields), with the config's seed and warm-up count: a stale file is refused before the engine starts,
+    naming the keys that differ."""
+    fields = dict(spec) if isinstance(spec, Mapping) else dict(vars(spec))
+    expected = {k: v for k, v in fields.items() if k != "parts"} | {"parts": dict(fields.get("parts") or ())}
+    got = dict(doc.get("spec") or {})
+    diff = sorted(k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))
+    if seed is not None and doc.get("seed") != seed:
+        diff.append("seed")
+    if warmup is not None and len(doc.get("warmup") or ()) != warmup:
+        diff.append("warmup_prompts")
+    if not diff and len(doc.get("prompts") or ()) != expected.get("num_prompts"):
+        diff.append("num_prompts")
+    if diff:
+        shown = ", ".join(
+            f"{k} {got.get(k)!r} -> {expected.get(k)!r}" if k in expected else k for k in diff[:4]
+        )
+        raise SpecsweepError(f"{where}: made for other settings than the config's ({shown}); regenerate it")
