@@ -96,17 +96,17 @@ def _run_cell(setup, out: Path, model_path: str, wl: Path | None = None):
 
 
 def test_model_path_missing(setup):
-    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla.json"
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla/r1.json"
     assert_one_line(_run_cell(setup, out, str(setup["tmp"] / "no-model")), f"model path {setup['tmp'] / 'no-model'}: does not exist")
     assert not out.exists()
-    failure = json.loads((setup["tmp"] / f"results/err/failures/{MODEL}/code/vanilla.json").read_text())
+    failure = json.loads((setup["tmp"] / f"results/err/failures/{MODEL}/code/vanilla/r1.json").read_text())
     assert failure["error_type"] == "SpecsweepError" and "does not exist" in failure["message"]
 
 
 def test_model_path_without_config(setup):
     empty = setup["tmp"] / "empty-model"
     empty.mkdir()
-    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/ngram.json"
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/ngram/r1.json"
     assert_one_line(_run_cell(setup, out, str(empty)), f"model path {empty}: has no config.json")
     assert not out.exists()
 
@@ -115,18 +115,18 @@ def test_workload_edited_by_hand(setup):
     doc = json.loads(setup["wl"].read_text())
     doc["prompts"][0]["text"] += " (edited)"
     setup["wl"].write_text(json.dumps(doc))
-    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla.json"
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla/r1.json"
     assert_one_line(_run_cell(setup, out, str(setup["tmp"])), f"workload file {setup['wl']}: content hash mismatch")
     assert not out.exists()
 
 
 def test_cell_path_not_in_matrix(setup):
-    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/eagle.json"
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/eagle/r1.json"
     assert_one_line(_run_cell(setup, out, str(setup["tmp"])), f"cell {MODEL}/code/eagle: not part of run 'err'")
 
 
 def test_cell_path_of_other_run(setup):
-    out = setup["tmp"] / f"results/paper/cells/{MODEL}/code/vanilla.json"
+    out = setup["tmp"] / f"results/paper/cells/{MODEL}/code/vanilla/r1.json"
     assert_one_line(_run_cell(setup, out, str(setup["tmp"])), "run 'paper' is not the config's run 'err'")
 
 
@@ -136,10 +136,10 @@ def test_cell_path_malformed(setup):
 
 # --- cell JSON fed to aggregation -------------------------------------------------------------------------
 
-REAL_CELL = ROOT / "results/h200-smollm2/cells" / MODEL / "sonnet/vanilla.json"
+REAL_CELL = ROOT / "results/h200-smollm2/cells" / MODEL / "sonnet/vanilla/r1.json"  # real vLLM, H200
 
 
-def _tables_with(setup, text: str, where: str = "code/vanilla.json"):
+def _tables_with(setup, text: str, where: str = "code/vanilla/r1.json"):
     path = setup["tmp"] / f"results/err/cells/{MODEL}/{where}"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -197,21 +197,38 @@ def test_cell_negative_throughput(setup):
 
 def test_cell_at_the_wrong_path(setup):
     """A cell copied to another cell's path (here: a vanilla cell saved as ngram) is refused."""
-    proc, path = _tables_with(setup, json.dumps(_real_cell()), where="code/ngram.json")
+    proc, path = _tables_with(setup, json.dumps(_real_cell()), where="code/ngram/r1.json")
     assert_one_line(proc, f"cell {path}: holds {MODEL}/code/vanilla of run err, but its path says {MODEL}/code/ngram")
 
 
 def test_failed_cell_is_listed_by_the_tables(setup):
     """A cell that failed leaves a failure record; the tables list it as failed, with its error, not as data."""
-    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/suffix.json"
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/suffix/r1.json"
     assert_one_line(_run_cell(setup, out, str(setup["tmp"] / "gone")), "does not exist")
     tables_dir = setup["tmp"] / "tables"
     proc = cli("tables", "--config", str(setup["cfg"]), "--results", str(setup["tmp"] / "results"), "--out", str(tables_dir))
     assert proc.returncode == 0, proc.stderr
     import pyarrow.parquet as pq
 
-    rows = {r["config"]: r for r in pq.read_table(tables_dir / "cells.parquet").to_pylist()}
+    rows = {r["config"]: r for r in pq.read_table(tables_dir / "cells.parquet").to_pylist() if r["workload"] == "code"}
     assert rows["suffix"]["status"] == "failed" and "SpecsweepError: model path" in rows["suffix"]["error"]
-    assert rows["suffix"]["output_tok_s"] is None
+    assert rows["suffix"]["output_tok_s_median"] is None and rows["suffix"]["n"] == 0
     assert rows["vanilla"]["status"] == "missing"
     assert "## Failed cells" in (tables_dir / "summary.md").read_text()
+
+
+def test_failed_rerun_keeps_the_previous_measurement(setup):
+    """A rerun that fails (here: a mistyped --model-path) over an existing good cell leaves that cell where it
+    was, and records the failure beside it."""
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla/r1.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    good = json.dumps(_real_cell())
+    out.write_text(good)
+    assert_one_line(_run_cell(setup, out, str(setup["tmp"] / "typo")), "does not exist")
+    assert out.read_text() == good
+    assert (setup["tmp"] / f"results/err/failures/{MODEL}/code/vanilla/r1.json").is_file()
+
+
+def test_repeat_outside_the_config(setup):
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla/r3.json"
+    assert_one_line(_run_cell(setup, out, str(setup["tmp"])), "repeat 3 is outside 1..2")

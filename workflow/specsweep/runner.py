@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import cells, enginehost, metrics, paths, provenance
+from . import cells, enginehost, metrics, paths, preflight_checks, provenance, workloads
 from .config import Cell, Study
 from .engine import Engine, engine_identity, engine_key, resolve_model, token_hash
 from .errors import SpecsweepError
@@ -167,6 +167,15 @@ def run_cell(study: Study, key: paths.Key, root: Path, workload_path: Path, mode
     fail_path = paths.failure(root, key)
     wait_s = 0.0
     try:
+        # cheap checks before any engine second: the workload file (content hash, name, made for the config
+        # as it is now) and the model folder's config.json
+        wl = workloads.load(Path(workload_path))
+        if wl["name"] != cell.workload:
+            raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
+        preflight_checks.check_workload_current(wl, study.workloads[cell.workload], f"workload file {workload_path}",
+                                                seed=study.raw["seed"], warmup=study.raw["warmup_prompts"])
+        if model_path:
+            preflight_checks.check_model_dir(model_path)
         model = resolve_model(study, cell, model_path)
         ekey = engine_key(engine_identity(study, cell, model, key.repeat))
         if reuse:

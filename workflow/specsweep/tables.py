@@ -444,7 +444,7 @@ def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str
             f"| {r['model']} | {r['workload']} | {r['config']} | {r['n']} | "
             f"{_ci(r.get('output_tok_s_median'), r.get('output_tok_s_lo'), r.get('output_tok_s_hi'), 1)} | "
             f"{_fmt(100 * cv, 1) + ' %' if cv is not None else '–'} | "
-            f"{_ci(s.get('speedup'), s.get('speedup_lo'), s.get('speedup_hi'), 3)} | {s.get('verdict', '–')} | "
+            f"{_ci(s.get('speedup'), s.get('speedup_lo'), s.get('speedup_hi'), 3)} | {s.get('verdict') or '–'} | "
             f"{_fmt(r.get('K_median'))} | {_fmt(r.get('alpha_median'), 3)} | {_fmt(s.get('R'))} | "
             f"{_fmt(s.get('R_decode'))} | {_fmt(s.get('T'))} | "
             f"{_fmt(r.get('input_tokens_mean'), 0)}/{_fmt(r.get('output_tokens_mean'), 0)} | {match} |"
