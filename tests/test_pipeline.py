@@ -247,3 +247,64 @@ def test_config_strings_never_reach_a_shell(tmp_path, smoke_cfg, sonnet):
 def test_slurm_profile_dry_run(tmp_path):
     proc = snakemake(tmp_path, "-n", "--profile", str(ROOT / "profiles/slurm"), "--config", "sonnet_path=/nonexistent")
     assert _jobs(proc)["measure"] == str(156 * 3)
+
+
+def _start(work: Path, run: dict, target: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work), target,
+           "--configfile", str(run["config"]), "--cores", "1", "--force"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _wait_for(cond, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not cond():
+        time.sleep(0.3)
+    assert cond(), "timed out"
+
+
+def test_interrupted_force_rerun_is_recoverable(tiny_run):
+    """`snakemake <path> --force` removes the old cell when the job starts; Ctrl-C then leaves no cell at the
+    path, but the previous measurement is in the archive and `specsweep restore` puts it back, byte for byte."""
+    work = tiny_run["work"]
+    target = _path("vanilla", 1, "sonnet")
+    old = (work / target).read_bytes()
+    proc = _start(work, tiny_run, target)
+    try:
+        _wait_for(lambda: not (work / target).exists())  # Snakemake removed it at job start
+        time.sleep(1)
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=300)
+    finally:
+        stop_engines(work)
+    if not (work / target).exists():  # interrupted before the measurement ended (the usual case)
+        out = subprocess.run([sys.executable, "-m", "specsweep.cli", "restore", "--config", str(tiny_run["config"]),
+                              target], cwd=work, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert (work / target).read_bytes() == old
+    snakemake(work, "--unlock", "--configfile", str(tiny_run["config"]))
+
+
+def test_kill_9_of_snakemake_alone_writes_no_late_cell(tiny_run):
+    """kill -9 of the Snakemake process alone orphans its cell job; that job finishes its measurement but,
+    its scheduler gone, keeps it in the archive only: no late write into a path Snakemake marked incomplete."""
+    work = tiny_run["work"]
+    target = _path("ngram", 1, "sonnet")
+    key = paths.parse(work / target)[1]
+    archived = set(paths.archive_dir(work / "results", key).glob("*.json"))
+    proc = _start(work, tiny_run, target)
+    fail = paths.failure(work / "results", key)
+    try:
+        _wait_for(lambda: not (work / target).exists())
+        time.sleep(1)
+        os.kill(proc.pid, signal.SIGKILL)  # Snakemake alone, not its job
+        proc.wait()
+        _wait_for(lambda: fail.is_file(), timeout=300)
+    finally:
+        stop_engines(work)
+    assert not (work / target).exists()
+    record = json.loads(fail.read_text())
+    assert "the scheduler (pid" in record["message"] and "kept only in the archive" in record["message"]
+    assert len(set(paths.archive_dir(work / "results", key).glob("*.json")) - archived) == 1
+    snakemake(work, "--unlock", "--configfile", str(tiny_run["config"]))
+    snakemake(work, "--configfile", str(tiny_run["config"]), "--cores", "1")
+    cells.load(work / target, expect=("tiny", MODEL, "sonnet", "ngram"))

@@ -235,3 +235,18 @@ def markdown(study: Study, decided: list[dict[str, Any]]) -> str:
     for c in decided:
         lines.append(f"| {c['id']} {c['claim']} | **{c['verdict']}** | {c['evidence']} |")
     return "\n".join(lines) + "\n"
+
+
+def readme_sentence(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
+                    decided: list[dict[str, Any]]) -> str:
+    """The README's sentence about a run, generated from its tables (a test checks the README holds it)."""
+    n = sum(c["n"] for c in crow)
+    counts: dict[str, int] = {}
+    for s in sp:
+        if s["speedup"] is not None:
+            counts[s["verdict"]] = counts.get(s["verdict"], 0) + 1
+    parts = [f"{counts[v]} {v}" for v in ("faster", "slower", "within noise", "undecided (n<2)") if counts.get(v)]
+    claims = ", ".join(f"{c['id']} {c['verdict']}" for c in decided)
+    return (f"Run `{study.run}`: {n} of {len(crow) * study.repeats} measurements ({study.repeats} repeats per cell "
+            f"planned); against {study.baseline}, the measured cells were {', '.join(parts) or 'none'}; "
+            f"claims: {claims}.")

@@ -153,6 +153,27 @@ def cmd_run_cell(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Put the newest archived measurement of a cell repeat back at its path (after a failed or interrupted
+    rerun removed it)."""
+    from . import cells, paths
+    from .jsonio import atomic_write_json
+
+    study = _study(args)
+    root, key = _key_from_path(study, Path(args.path))
+    arch = sorted(paths.archive_dir(root, key).glob("*.json"),
+                  key=lambda p: (cells.load(p)["provenance"]["finished"], p.name))
+    if not arch:
+        raise SpecsweepError(f"cell {key.label}: nothing archived under {paths.archive_dir(root, key)}")
+    out = paths.measurement(root, key)
+    if out.exists() and not args.force:
+        raise SpecsweepError(f"cell path {out}: exists; pass --force to replace it with the archived measurement")
+    doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.config))
+    atomic_write_json(out, doc)
+    print(f"restored {out} from {arch[-1]}")
+    return 0
+
+
 def cmd_engine_host(args: argparse.Namespace) -> int:
     from .runner import run_engine_host
 
@@ -273,6 +294,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--log", help="the job's log file, named in a failure record")
     sp.add_argument("--no-reuse", action="store_true", help="start the engine in this process (no engine host)")
     sp.add_argument("--watch-pid", type=int, help="write nothing if this process (the scheduler) has died")
+    sp = add("restore", cmd_restore, "put a cell repeat's newest archived measurement back at its path")
+    sp.add_argument("path", help="results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json")
+    sp.add_argument("--force", action="store_true", help="replace an existing measurement")
     sp = add("engine-host", cmd_engine_host, "(internal) keep one engine alive and measure what cell jobs ask")
     sp.add_argument("--model", required=True)
     sp.add_argument("--ladder-step", required=True)

@@ -463,7 +463,7 @@ def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str
 
 def table_files() -> tuple[str, ...]:
     return ("measurements.parquet", "cells.parquet", "speedup.parquet", "cells.csv", "summary.md", "gpu_time.json",
-            "claims.md", "claims.json")
+            "claims.md", "claims.json", "readme.md")
 
 
 def build_tables(study: Study, results: Path, out: Path, allow_mismatch: bool = False,
@@ -500,6 +500,7 @@ def build_tables(study: Study, results: Path, out: Path, allow_mismatch: bool = 
         "gpu_time.json": (json.dumps(gt, indent=2, sort_keys=True) + "\n").encode(),
         "claims.md": claims.markdown(study, decided).encode(),
         "claims.json": (json.dumps(decided, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
+        "readme.md": (claims.readme_sentence(study, crow, sp, decided) + "\n").encode(),
     }
     write_set(out, files)
     return {"cells": len(crow), "ok": sum(r["status"] == "ok" for r in crow), "mismatches": mismatches,
