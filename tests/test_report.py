@@ -1,4 +1,4 @@
-"""`snakemake --report`: the six figures with their captions and the table, rendered by headless Chromium."""
+"""`snakemake --report`: the seven figures with their captions and the table, rendered by headless Chromium."""
 
 from __future__ import annotations
 
@@ -30,14 +30,15 @@ def test_report_holds_rendered_figures_and_captions(tiny_run, tmp_path):
     snakemake(work, "--configfile", str(tiny_run["config"]), "--report", str(tmp_path / "report.html"))
     html = (tmp_path / "report.html").read_text()
     entries = {}
-    for name in ("fig1_headline", "fig2_r_vs_k_code", "fig3_sonnet_ladder", "fig4_k_alpha", "fig5_model_size",
-                 "fig6_gpu_util"):
+    from specsweep.figures import FIGURES
+
+    for name in FIGURES:
         m = re.search(rf'"figures/tiny/{name}\.png": (\{{.*?"data_uri": "(data:image/png[^"]+)"\}})', html)
         assert m, f"{name} is not in the report"
         entries[name] = m.group(2)
     assert "Gain per workload" in html and "K = " in html  # captions with the numbers
     assert "GPU utilisation was not measured on this run" in html
-    assert "cells.csv" in html
+    assert "cells.csv" in html and "claims.md" in html
 
     # the report itself loads in the browser and lists the figure category
     dom = _chromium(tmp_path, (tmp_path / "report.html").as_uri(), "--dump-dom")
@@ -51,7 +52,7 @@ def test_report_holds_rendered_figures_and_captions(tiny_run, tmp_path):
                     "i.naturalHeight]))); };</script></body></html>")
     dom = _chromium(tmp_path, page.as_uri(), "--dump-dom")
     sizes = json.loads(re.search(r"data-sizes=\"([^\"]+)\"", dom).group(1).replace("&quot;", '"'))
-    assert len(sizes) == 6
+    assert len(sizes) == len(FIGURES) == 7
     for name, width, height in sizes:
         png = base64.b64decode(entries[name].split("base64,", 1)[1])
         true_w, true_h = struct.unpack(">II", png[16:24])
