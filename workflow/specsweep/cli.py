@@ -394,6 +394,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecsweepError as exc:
         print(f"specsweep: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # disk full, read-only or missing folder: one line naming the file, no traceback
+        where = exc.filename or "(no file)"
+        print(f"specsweep: error: {where}: {exc.strerror or type(exc).__name__}"[:400], file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # the engine spawns processes: keep the entry point guarded
