@@ -143,18 +143,28 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
             fail(f"{name} is {_fmt(value)}, but {formula} = {_fmt(expected)}")
 
     agree("tokens.output_tok_s", tok["output_tok_s"], out / wall, "output_tokens / timing.gen_wall_s")
-    agree("tokens.total_tok_s", tok["total_tok_s"], (inp + out) / wall,
-          "(input_tokens + output_tokens) / timing.gen_wall_s")
+    agree(
+        "tokens.total_tok_s",
+        tok["total_tok_s"],
+        (inp + out) / wall,
+        "(input_tokens + output_tokens) / timing.gen_wall_s",
+    )
     agree("steps.tokens_per_step", steps["tokens_per_step"], out / n_steps, "output_tokens / steps.engine_steps")
-    agree("steps.step_time_ms", steps["step_time_ms"], 1000.0 * wall / n_steps,
-          "1000 x timing.gen_wall_s / steps.engine_steps")
+    agree(
+        "steps.step_time_ms",
+        steps["step_time_ms"],
+        1000.0 * wall / n_steps,
+        "1000 x timing.gen_wall_s / steps.engine_steps",
+    )
 
     prompts = doc["dataset"]["prompts"]
     wanted = settings["workload"]["num_prompts"]
     if prompts != wanted:
         fail(f"dataset.prompts is {prompts}, but settings.workload.num_prompts is {wanted} (a stale workload file?)")
     if doc["dataset"]["seed"] != settings["seed"]:
-        fail(f"dataset.seed is {doc['dataset']['seed']}, but settings.seed is {settings['seed']} (a stale workload file?)")
+        fail(
+            f"dataset.seed is {doc['dataset']['seed']}, but settings.seed is {settings['seed']} (a stale workload file?)"
+        )
     warm = doc["dataset"].get("warmup_prompts")
     if warm is not None and warm != settings["warmup_prompts"]:
         fail(f"dataset.warmup_prompts is {warm}, but settings.warmup_prompts is {settings['warmup_prompts']}")
@@ -179,8 +189,10 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
             fail(f"model_info.{key} is {doc['model_info'][key]}, but settings.model.{key} is {settings['model'][key]}")
     digest = sha256_obj(settings)
     if doc["config_sha256"] != digest:
-        fail(f"config_sha256 is not the hash of its settings ({doc['config_sha256'][:12]}... vs {digest[:12]}...): "
-             "edited by hand?")
+        fail(
+            f"config_sha256 is not the hash of its settings ({doc['config_sha256'][:12]}... vs {digest[:12]}...): "
+            "edited by hand?"
+        )
 
     _check_spec(doc["spec"], settings["ladder"]["speculative"], fail)
     if "engine" in doc and "job" in doc:  # specsweep-cell/2
@@ -188,16 +200,20 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
 
     match = doc.get("vanilla_match")  # format 1 only
     if match is not None and not match["matching"] <= match["compared"] <= prompts:
-        fail(f"vanilla_match: matching {match['matching']} <= compared {match['compared']} <= prompts {prompts} "
-             "does not hold")
+        fail(
+            f"vanilla_match: matching {match['matching']} <= compared {match['compared']} <= prompts {prompts} "
+            "does not hold"
+        )
 
     gpu = doc["gpu"]
     if gpu is not None:
         if gpu["util_mean"] > gpu["util_max"] * (1 + REL_TOL) + 1e-9:
             fail(f"gpu.util_mean {_fmt(gpu['util_mean'])} is above gpu.util_max {_fmt(gpu['util_max'])}")
         if gpu["mem_used_mean_mib"] > gpu["mem_used_max_mib"] * (1 + REL_TOL) + 1e-9:
-            fail(f"gpu.mem_used_mean_mib {_fmt(gpu['mem_used_mean_mib'])} is above gpu.mem_used_max_mib "
-                 f"{_fmt(gpu['mem_used_max_mib'])}")
+            fail(
+                f"gpu.mem_used_mean_mib {_fmt(gpu['mem_used_mean_mib'])} is above gpu.mem_used_max_mib "
+                f"{_fmt(gpu['mem_used_max_mib'])}"
+            )
         if len(gpu["timeline"]) > gpu["samples"]:
             fail(f"gpu.timeline has {len(gpu['timeline'])} points for {gpu['samples']} samples")
 
@@ -220,27 +236,37 @@ def _check_engine(doc: dict[str, Any], fail: Any) -> None:
     """A measurement on a reused engine: the repeat, the engine's place in its sequence, the job's clock."""
     eng, job, timing, steps = doc["engine"], doc["job"], doc["timing"], doc["steps"]
     if eng["engine_start_paid"] != (eng["position"] == 1):
-        fail(f"engine.engine_start_paid is {eng['engine_start_paid']} at engine.position {eng['position']} "
-             "(only the engine's first cell pays its start)")
+        fail(
+            f"engine.engine_start_paid is {eng['engine_start_paid']} at engine.position {eng['position']} "
+            "(only the engine's first cell pays its start)"
+        )
     paid = eng["engine_start_s"] if eng["engine_start_paid"] else 0.0
     if not _close(timing["engine_start_s"], paid):
-        fail(f"timing.engine_start_s is {_fmt(timing['engine_start_s'])}, but the engine start this cell paid is "
-             f"{_fmt(paid)}")
+        fail(
+            f"timing.engine_start_s is {_fmt(timing['engine_start_s'])}, but the engine start this cell paid is "
+            f"{_fmt(paid)}"
+        )
     if not _close(job["wall_s"], job["finished_at"] - job["started_at"], 1e-6):
-        fail(f"job.wall_s is {_fmt(job['wall_s'])}, but job.finished_at - job.started_at = "
-             f"{_fmt(job['finished_at'] - job['started_at'])}")
+        fail(
+            f"job.wall_s is {_fmt(job['wall_s'])}, but job.finished_at - job.started_at = "
+            f"{_fmt(job['finished_at'] - job['started_at'])}"
+        )
     prefill = steps.get("prefill_steps")
     if prefill is not None and steps.get("decode_steps") is not None:
         if steps["decode_steps"] != steps["engine_steps"] - prefill:
-            fail(f"steps.decode_steps is {steps['decode_steps']}, but engine_steps - prefill_steps = "
-                 f"{steps['engine_steps'] - prefill}")
+            fail(
+                f"steps.decode_steps is {steps['decode_steps']}, but engine_steps - prefill_steps = "
+                f"{steps['engine_steps'] - prefill}"
+            )
         probe_s = timing.get("prefill_probe_s")
         per_step = steps.get("decode_step_time_ms")
         if per_step is not None and probe_s is not None and steps["decode_steps"] > 0:
             expected = 1000.0 * (timing["gen_wall_s"] - probe_s) / steps["decode_steps"]
             if not _close(per_step, expected):
-                fail(f"steps.decode_step_time_ms is {_fmt(per_step)}, but 1000 x (gen_wall_s - prefill_probe_s) / "
-                     f"decode_steps = {_fmt(expected)}")
+                fail(
+                    f"steps.decode_step_time_ms is {_fmt(per_step)}, but 1000 x (gen_wall_s - prefill_probe_s) / "
+                    f"decode_steps = {_fmt(expected)}"
+                )
 
 
 def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None, fail: Any) -> None:

@@ -40,9 +40,7 @@ def fetch(url: str, sha256: str, out: Path, local: str | None = None, timeout: f
                 raw = resp.read()
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise SpecsweepError(
-                f"corpus {url}: download failed ({reason}); set sonnet_path to a local copy"
-            ) from None
+            raise SpecsweepError(f"corpus {url}: download failed ({reason}); set sonnet_path to a local copy") from None
         source = url
     try:
         text = raw.decode("utf-8")
