@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,8 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
         fail(f"dataset.prompts is {prompts}, but settings.workload.num_prompts is {wanted} (a stale workload file?)")
     if doc["dataset"]["seed"] != settings["seed"]:
         fail(
-            f"dataset.seed is {doc['dataset']['seed']}, but settings.seed is {settings['seed']} (a stale workload file?)"
+            f"dataset.seed is {doc['dataset']['seed']}, but settings.seed is {settings['seed']} "
+            "(a stale workload file?)"
         )
     warm = doc["dataset"].get("warmup_prompts")
     if warm is not None and warm != settings["warmup_prompts"]:
@@ -286,7 +288,7 @@ def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None,
         fail(f"spec.accepted_per_pos has {len(per_pos)} positions, more than num_speculative_tokens ({k})")
     if sum(per_pos) != accepted:
         fail(f"sum(spec.accepted_per_pos) = {sum(per_pos)}, but spec.accepted is {accepted}")
-    if any(a < b for a, b in zip(per_pos, per_pos[1:])):
+    if any(a < b for a, b in pairwise(per_pos)):
         fail("spec.accepted_per_pos grows with the position (a token is accepted only after the one before it)")
     if drafts and per_pos and per_pos[0] > drafts:
         fail(f"spec.accepted_per_pos[0] ({per_pos[0]}) is more than spec.drafts ({drafts})")
@@ -303,7 +305,7 @@ def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None,
     rates = spec["acceptance_per_pos"]
     if len(rates) != len(per_pos):
         fail(f"spec.acceptance_per_pos has {len(rates)} positions, spec.accepted_per_pos {len(per_pos)}")
-    for i, (rate, n) in enumerate(zip(rates, per_pos)):
+    for i, (rate, n) in enumerate(zip(rates, per_pos, strict=True)):
         expected = n / drafts if drafts else None
         if (rate is None) != (expected is None) or (rate is not None and not _close(rate, expected, 1e-6)):
             fail(f"spec.acceptance_per_pos[{i}] is {_fmt(rate)}, but accepted_per_pos[{i}] / drafts = {_fmt(expected)}")

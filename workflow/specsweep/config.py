@@ -647,7 +647,8 @@ def _check_workloads(study: Study, source: str) -> None:
         if size > MAX_WORKLOAD_CHARS:
             raise SpecsweepError(
                 f"{source}: {key}: about {size // 2**20} MiB of prompt text ({prompts} prompts of up to "
-                f"{size // prompts} characters); at most {MAX_WORKLOAD_CHARS // 2**20} MiB: fewer prompts or shorter ones"
+                f"{size // prompts} characters); at most {MAX_WORKLOAD_CHARS // 2**20} MiB: "
+                "fewer prompts or shorter ones"
             )
         fields = {k: v for k, v in w.items() if k != "parts"}
         study.workloads[name] = WorkloadSpec(name=name, parts=parts, **fields)

@@ -224,7 +224,7 @@ class Engine:
 
         timed_ids = encode_prompts(tokenizer, wl["prompts"], use_chat)
         warm_ids = encode_prompts(tokenizer, wl["warmup"], use_chat)
-        longest = max(len(i) + it["max_tokens"] for i, it in zip(timed_ids, wl["prompts"]))
+        longest = max(len(i) + it["max_tokens"] for i, it in zip(timed_ids, wl["prompts"], strict=True))
         max_len = self.identity["kwargs"].get("max_model_len")
         if max_len is not None and longest > max_len:
             raise SpecsweepError(

@@ -159,11 +159,13 @@ def explain(exc: BaseException, repo_id: str, revision: str, endpoint: str | Non
         )
     if isinstance(exc, hf_errors.RevisionNotFoundError):
         return SpecsweepError(
-            f"{where}: revision {revision} is not a commit of this repo (pin one listed at {hub_url(repo_id)}/commits/main)"
+            f"{where}: revision {revision} is not a commit of this repo "
+            f"(pin one listed at {hub_url(repo_id)}/commits/main)"
         )
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
         return SpecsweepError(
-            f"{where}: no such repo on the Hugging Face Hub, or a private one (check hf_id; for a private repo set HF_TOKEN)"
+            f"{where}: no such repo on the Hugging Face Hub, or a private one "
+            "(check hf_id; for a private repo set HF_TOKEN)"
         )
     if isinstance(exc, hf_errors.HFValidationError):
         return SpecsweepError(f"{where}: not a valid Hugging Face repo id ({first})")
@@ -478,7 +480,8 @@ def model_record(model_dir: Path | str, expect_revision: str | None = None) -> d
     if expect_revision is not None and (rec or {}).get("revision") != expect_revision:
         have = (rec or {}).get("revision") or "no fetch record"
         raise SpecsweepError(
-            f"model folder {model_dir}: holds revision {have}, the config pins {expect_revision} (remove the folder to fetch it)"
+            f"model folder {model_dir}: holds revision {have}, the config pins {expect_revision} "
+            "(remove the folder to fetch it)"
         )
     manifest = []
     total = 0
@@ -490,7 +493,8 @@ def model_record(model_dir: Path | str, expect_revision: str | None = None) -> d
         want = recorded.get(rel)
         if want is not None and want["size"] != size:
             raise SpecsweepError(
-                f"model folder {model_dir}: {rel} has {size} bytes, its fetch record says {want['size']} (fetch it again)"
+                f"model folder {model_dir}: {rel} has {size} bytes, its fetch record says {want['size']} "
+                "(fetch it again)"
             )
         if size > SMALL_FILE and want is not None and want.get("sha256"):
             digest = want["sha256"]
@@ -522,7 +526,8 @@ def stale_fetches(models: dict[str, tuple[str, str]], root: Path | str = "resour
         rec = read_record(folder)
         if rec is None:
             raise SpecsweepError(
-                f"model folder {folder}: has no {RECORD}, so its revision is unknown; remove it to fetch {repo_id} at {revision}"
+                f"model folder {folder}: has no {RECORD}, so its revision is unknown; "
+                f"remove it to fetch {repo_id} at {revision}"
             )
         if (rec.get("repo_id"), rec.get("revision")) != (repo_id, revision):
             raise SpecsweepError(

@@ -29,6 +29,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -1139,7 +1140,7 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
         )
         # true sizes as a rug on the x axis
         rug = blended_transform_factory(ax.transData, ax.transAxes)
-        for m, size in known.items():
+        for size in known.values():
             ax.plot([size, size], [0.0, 0.025], color="black", linewidth=1.0, transform=rug, clip_on=False)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -1170,7 +1171,7 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
                 for meth in methods
                 if (meth, m) in stat
             ]
-            for (xa, ya), (xb, yb) in zip(pts, pts[1:]):
+            for (xa, ya), (xb, yb) in pairwise(pts):
                 for k in range(1, 8):
                     px, py = xa + (xb - xa) * k / 8, ya + (yb - ya) * k / 8
                     obstacles.append(Bbox.from_extents(px - 1.5, py - 1.5, px + 1.5, py + 1.5))
@@ -1181,7 +1182,7 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
                 continue
             ax_ = [math.exp(xs[f"{k[0]}|{m}"]) for k in keys]
             ay = [stat[k][0] for k in keys]
-            disp = [ax.transData.transform((xx, yy)) for xx, yy in zip(ax_, ay)]
+            disp = [ax.transData.transform((xx, yy)) for xx, yy in zip(ax_, ay, strict=True)]
             near = Bbox.from_extents(
                 min(d[0] for d in disp) - r,
                 min(d[1] for d in disp) - r,
@@ -1219,7 +1220,7 @@ def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
     with ctx.figure("fig6_gpu_util", needs, (15.0, 5.0), 3, title, bottom_in=0.7, top_extra_in=0.2) as axes:
         if ctx.headline_absent(needs, axes):
             return needs
-        for ax, (column, ylabel, panel_title) in zip(axes, panels):
+        for ax, (column, ylabel, panel_title) in zip(axes, panels, strict=True):
             ax.set_title(panel_title, loc="right")
             values = {(w, c): data.val((model, w, c), column) for w in workloads for c in series}
             if column == "gpu_util_mean":
@@ -1310,7 +1311,7 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
                     zorder=3,
                 )
                 lo_v, hi_v = min(lo_v, *xs, *ys), max(hi_v, *xs, *ys)
-            for cell, p, k in mine:  # a cell measured fewer times than the run's n says so
+            for _cell, p, k in mine:  # a cell measured fewer times than the run's n says so
                 if k is not None and 0 < k.n < data.repeats:
                     ax_p.annotate(
                         f"n={k.n}",

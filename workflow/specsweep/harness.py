@@ -43,7 +43,7 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
         ids = encode_prompts(tok, items, use_chat)
         return [
             SampleRequest(prompt={"prompt_token_ids": i}, prompt_len=len(i), expected_output_len=it["max_tokens"])
-            for i, it in zip(ids, items)
+            for i, it in zip(ids, items, strict=True)
         ]
 
     timed, warm = requests(wl["prompts"]), requests(wl["warmup"])

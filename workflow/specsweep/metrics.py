@@ -44,7 +44,7 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     a = after["per_pos"] + [0] * (n - len(after["per_pos"]))
     return {
         "counters": counters,
-        "per_pos": [y - x for x, y in zip(b, a)],
+        "per_pos": [y - x for x, y in zip(b, a, strict=True)],
         "steps": after["steps"] - before["steps"],
         "step_tokens": after["step_tokens"] - before["step_tokens"],
     }

@@ -78,7 +78,7 @@ def check_prompt_lengths(lengths: Sequence[int], max_tokens: Sequence[int], max_
         raise SpecsweepError(f"{where}: {len(lengths)} prompt lengths but {len(max_tokens)} max_tokens")
     if not lengths:
         raise SpecsweepError(f"{where}: has no prompts")
-    for i, (n, m) in enumerate(zip(lengths, max_tokens)):
+    for i, (n, m) in enumerate(zip(lengths, max_tokens, strict=True)):
         if n < 1:
             raise SpecsweepError(f"{where}: prompt {i} is empty (0 tokens)")
         if m < 1:
@@ -87,7 +87,7 @@ def check_prompt_lengths(lengths: Sequence[int], max_tokens: Sequence[int], max_
     need = lengths[worst] + max_tokens[worst]
     if need > max_model_len:
         longest = max(range(len(lengths)), key=lambda i: (lengths[i], -i))
-        over = sum(1 for n, m in zip(lengths, max_tokens) if n + m > max_model_len)
+        over = sum(1 for n, m in zip(lengths, max_tokens, strict=True) if n + m > max_model_len)
         raise SpecsweepError(
             f"{where}: prompt {worst} needs {lengths[worst]} + {max_tokens[worst]} (max_tokens) = {need} tokens, "
             f"more than engine.max_model_len {max_model_len} ({over} of {len(lengths)} prompts too long; "

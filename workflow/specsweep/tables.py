@@ -30,9 +30,9 @@ import pyarrow.parquet as pq
 from . import cells, paths, stats
 from .config import Study
 from .errors import SpecsweepError
-from .jsonio import atomic_write_bytes, atomic_write_json, read_json, sha256_obj
+from .jsonio import read_json, sha256_obj
 
-F, I, S = pa.float64(), pa.int64(), pa.string()
+F, I, S = pa.float64(), pa.int64(), pa.string()  # noqa: E741 (column-type shorthands)
 B = pa.bool_()
 MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("run", S),
@@ -364,7 +364,9 @@ def _match_baseline(study: Study, rows: list[dict[str, Any]], docs: dict) -> Non
         if ref is None:
             continue
         mine = docs[(r["model"], r["workload"], r["config"], r["repeat"])]["outputs"]["token_sha256"]
-        r["prompts_match_baseline"] = sum(1 for a, b in zip(ref["outputs"]["token_sha256"], mine) if a == b)
+        r["prompts_match_baseline"] = sum(
+            1 for a, b in zip(ref["outputs"]["token_sha256"], mine, strict=False) if a == b
+        )
 
 
 # ------------------------------------------------------------------------------------------ aggregation
