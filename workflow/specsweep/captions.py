@@ -24,7 +24,7 @@ def _gain(data: Tables, cell: tuple[str, str, str]) -> str:
     if sp is None:
         return "n/a"
     text = f"{100 * (sp.point - 1):+.1f} %"
-    if sp.has_interval:
+    if sp.lo is not None and sp.hi is not None:  # sp.has_interval
         text += f" [{100 * (sp.lo - 1):+.1f}, {100 * (sp.hi - 1):+.1f}]"
     return f"{text} {data.verdict(cell)}"
 
@@ -149,8 +149,8 @@ def _fig7(data: Tables, m: str) -> str:
         (c, p)
         for c in sorted(data.cells)
         if data.cells[c].get("method") not in (None, "none")
-        and data.row(c) is not None
-        and (p := k_predictions(data.row(c))) is not None
+        and (row := data.row(c)) is not None
+        and (p := k_predictions(row)) is not None
     ]
     if not preds:
         return "No speculative cell with per-position acceptance counts: nothing to predict K from."

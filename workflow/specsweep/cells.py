@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import jsonschema
 import yaml
@@ -16,6 +17,8 @@ from .errors import SpecsweepError
 from .jsonio import read_json, sha256_obj
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "cell.schema.yaml"
+#: Raises SpecsweepError naming the cell and what is wrong with it.
+Fail = Callable[[str], NoReturn]
 UNITS = {"time": "s", "throughput": "tok/s", "memory": "MiB", "utilisation": "%", "step_time": "ms"}
 
 
@@ -92,6 +95,7 @@ def _nonfinite(value: Any, path: str = "") -> str | None:
     """The path of the first NaN or infinite number in value, if any."""
     if isinstance(value, float) and not math.isfinite(value):
         return f"{path or '(top level)'} is {value}"
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):
@@ -119,7 +123,7 @@ def check_consistency(doc: dict[str, Any], where: str) -> None:
     draft tokens <= drafts x num_speculative_tokens, sum(accepted_per_pos) = accepted, K = 1 + accepted/drafts,
     alpha = accepted/draft_tokens; vanilla match, GPU and time stamps in order. One line `cell <where>: ...`."""
 
-    def fail(what: str) -> None:
+    def fail(what: str) -> NoReturn:
         raise SpecsweepError(f"cell {where}: {what}")
 
     try:
@@ -135,7 +139,7 @@ def check_consistency(doc: dict[str, Any], where: str) -> None:
         fail(f"not a valid cell (check it against the schema first): {type(exc).__name__} {exc}")
 
 
-def _check(doc: dict[str, Any], fail: Any) -> None:
+def _check(doc: dict[str, Any], fail: Fail) -> None:
     timing, tok, steps, settings = doc["timing"], doc["tokens"], doc["steps"], doc["settings"]
     wall, out, inp, n_steps = timing["gen_wall_s"], tok["output_tokens"], tok["input_tokens"], steps["engine_steps"]
 
@@ -234,7 +238,7 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
                 fail(f"provenance.finished ({prov['finished']}) is before provenance.started ({prov['started']})")
 
 
-def _check_engine(doc: dict[str, Any], fail: Any) -> None:
+def _check_engine(doc: dict[str, Any], fail: Fail) -> None:
     """A measurement on a reused engine: the repeat, the engine's place in its sequence, the job's clock."""
     eng, job, timing, steps = doc["engine"], doc["job"], doc["timing"], doc["steps"]
     if eng["engine_start_paid"] != (eng["position"] == 1):
@@ -271,7 +275,7 @@ def _check_engine(doc: dict[str, Any], fail: Any) -> None:
                 )
 
 
-def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None, fail: Any) -> None:
+def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None, fail: Fail) -> None:
     if spec is None:
         if speculative is not None:
             fail("spec is null, but settings.ladder.speculative says the cell is speculative")
@@ -307,5 +311,7 @@ def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None,
         fail(f"spec.acceptance_per_pos has {len(rates)} positions, spec.accepted_per_pos {len(per_pos)}")
     for i, (rate, n) in enumerate(zip(rates, per_pos, strict=True)):
         expected = n / drafts if drafts else None
-        if (rate is None) != (expected is None) or (rate is not None and not _close(rate, expected, 1e-6)):
+        if (rate is None) != (expected is None) or (
+            rate is not None and expected is not None and not _close(rate, expected, 1e-6)
+        ):
             fail(f"spec.acceptance_per_pos[{i}] is {_fmt(rate)}, but accepted_per_pos[{i}] / drafts = {_fmt(expected)}")

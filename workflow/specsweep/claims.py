@@ -217,8 +217,7 @@ def decide(
     out.append(_claim("C4", _combine(verdicts), "; ".join(ev) or "GPU utilisation not measured (no GPU)", used))
 
     # C5
-    preds = [(k, k_predictions(c)) for k, c in cells.items()]
-    preds = [(k, p) for k, p in preds if p is not None]
+    preds = [(k, pred) for k, c in cells.items() if (pred := k_predictions(c)) is not None]
     if preds:
         lin = sum(abs(p["err_linear"]) for _, p in preds) / len(preds)
         lev = sum(abs(p["err_leviathan"]) for _, p in preds) / len(preds)
@@ -252,14 +251,14 @@ def decide(
     # C7
     verdicts, ev, used = [], [], []
     for (m, w, cfg), c in cells.items():
-        s = cells.get((m, "sonnet", cfg))
-        if w != "chat" or s is None or c["K_median"] is None or s["K_median"] is None:
+        son = cells.get((m, "sonnet", cfg))
+        if w != "chat" or son is None or c["K_median"] is None or son["K_median"] is None:
             continue
-        verdicts.append(_above(c, s, "K"))
+        verdicts.append(_above(c, son, "K"))
         used += [f"{m}/chat/{cfg}", f"{m}/sonnet/{cfg}"]
         ev.append(
             f"{m}/{cfg}: chat K {_iv(c['K_median'], c['K_lo'], c['K_hi'])} vs sonnet "
-            f"{_iv(s['K_median'], s['K_lo'], s['K_hi'])}"
+            f"{_iv(son['K_median'], son['K_lo'], son['K_hi'])}"
         )
     out.append(_claim("C7", _combine(verdicts), "; ".join(ev) or "no chat and sonnet cells", used))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,7 +318,7 @@ def parse_yaml(text: str, source: str) -> Any:
     if len(text) > MAX_CONFIG_BYTES:
         raise SpecsweepError(f"{source}: larger than {MAX_CONFIG_BYTES} bytes; a config is a short file")
     try:
-        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (StrictLoader is a SafeLoader)
+        return yaml.load(text, Loader=StrictLoader)
     except _DataError as exc:
         raise SpecsweepError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -456,7 +456,7 @@ def _validator_with_defaults() -> type:
     base = jsonschema.Draft202012Validator
     validate_props = base.VALIDATORS["properties"]
 
-    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
+    def set_defaults(validator: Any, properties: dict[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
         if isinstance(instance, dict):
             for prop, sub in properties.items():
                 if isinstance(sub, dict) and "default" in sub and prop not in instance:
@@ -483,7 +483,9 @@ _RANGE_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 def _error_message(err: jsonschema.ValidationError) -> str:
     """The schema's message, made plain for ranges, sizes and integers (and never echoing a large value)."""
-    sch, value, kw = err.schema if isinstance(err.schema, dict) else {}, err.instance, err.validator
+    sch, kw = err.schema if isinstance(err.schema, dict) else {}, err.validator
+    value: Any = err.instance
+    want: Any = err.validator_value  # the keyword's value in the schema
     if kw in _RANGE_KEYWORDS:
         lo = (
             ("(", sch["exclusiveMinimum"])
@@ -505,20 +507,16 @@ def _error_message(err: jsonschema.ValidationError) -> str:
             return f"must be {'>' if lo[0] == '(' else '>='} {lo[1]}, got {_short(value)}"
         if hi:
             return f"must be {'<' if hi[0] == ')' else '<='} {hi[1]}, got {_short(value)}"
-    if (
-        kw == "type"
-        and "integer" in ([err.validator_value] if isinstance(err.validator_value, str) else err.validator_value)
-        and isinstance(value, float)
-    ):
+    if kw == "type" and "integer" in ([want] if isinstance(want, str) else want) and isinstance(value, float):
         return f"must be an integer, got {_short(value)} (write it without a decimal point)"
     if kw == "maxLength":
-        return f"too long: {len(value)} characters (at most {err.validator_value})"
+        return f"too long: {len(value)} characters (at most {want})"
     if kw in ("maxItems", "maxProperties"):
-        return f"too many entries: {len(value)} (at most {err.validator_value})"
+        return f"too many entries: {len(value)} (at most {want})"
     if kw == "type":
-        return f"{_short(value)} is not of type {err.validator_value!r}"
-    if kw in ("oneOf", "anyOf") and all(isinstance(o, dict) and set(o) == {"required"} for o in err.validator_value):
-        names = [n for o in err.validator_value for n in o["required"]]
+        return f"{_short(value)} is not of type {want!r}"
+    if kw in ("oneOf", "anyOf") and all(isinstance(o, dict) and set(o) == {"required"} for o in want):
+        names = [n for o in want for n in o["required"]]
         return f"needs exactly one of: {', '.join(names)}" if kw == "oneOf" else f"needs one of: {', '.join(names)}"
     if kw in ("oneOf", "anyOf"):
         return (
@@ -527,9 +525,9 @@ def _error_message(err: jsonschema.ValidationError) -> str:
             else f"matches none of the allowed forms ({err.context[0].message})"
         )
     if kw == "pattern":
-        return f"{_short(value)} does not match {err.validator_value!r}"
+        return f"{_short(value)} does not match {want!r}"
     if kw == "enum":
-        return f"{_short(value)} is not one of {err.validator_value!r}"
+        return f"{_short(value)} is not one of {want!r}"
     return err.message
 
 

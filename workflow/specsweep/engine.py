@@ -19,7 +19,7 @@ from .jsonio import sha256_obj
 from .telemetry import GpuSampler
 
 #: Keys of the engine block that are specsweep's own, not vLLM's.
-NOT_VLLM_KEYS = frozenset()
+NOT_VLLM_KEYS: frozenset[str] = frozenset()
 #: What every measurement on a reused engine resets before it starts, so it sees what a fresh engine would.
 RESETS = ("prefix_cache", "suffix_cache")
 

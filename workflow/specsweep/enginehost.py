@@ -31,7 +31,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import SpecsweepError
 
@@ -204,7 +204,7 @@ def _read_record(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _pid_alive(pid: Any) -> bool:
+def _pid_alive(pid: Any) -> TypeGuard[int]:
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:

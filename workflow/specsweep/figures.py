@@ -31,10 +31,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
     from matplotlib.figure import Figure
 
 __all__ = ["FIGURES", "render_all", "fig5_layout", "WORKLOADS"]
@@ -76,7 +77,7 @@ COLORS: dict[str, str] = {
 VERDICT_COLORS: dict[str, str] = {"faster": "#1a7f37", "slower": "#c00000"}
 NOISE_COLOR = "#555555"
 MISSING_COLOR = "#c00000"
-WHISKER = {"color": "#222222", "linewidth": 0.9, "capsize": 2.5, "capthick": 0.9}
+WHISKER: dict[str, Any] = {"color": "#222222", "linewidth": 0.9, "capsize": 2.5, "capthick": 0.9}
 
 STYLE: dict[str, Any] = {
     "font.family": "sans-serif",
@@ -266,10 +267,11 @@ class Tables:
     def spd(self, cell: Cell, column: str) -> Val | None:
         """A speedup.parquet column (speedup, K, R, R_decode, T, ...) with its interval where it has one."""
         row = self.spd_row(cell)
-        if row is None or _num(row.get(column)) is None:
+        point = _num(row.get(column)) if row is not None else None
+        if row is None or point is None:
             return None
         return Val(
-            _num(row[column]),
+            point,
             _num(row.get(f"{column}_lo")),
             _num(row.get(f"{column}_hi")),
             min(int(row.get("n") or 0), int(row.get("n_baseline") or 0)),
@@ -404,7 +406,7 @@ def _message(ax: Axes, text: str, *, color: str = "#555555") -> None:
 
 
 def _whisker(ax: Axes, x: float, v: Val, **kw: Any) -> None:
-    if v.has_interval:
+    if v.lo is not None and v.hi is not None:  # v.has_interval
         ax.errorbar([x], [v.point], yerr=[[v.point - v.lo], [v.hi - v.point]], fmt="none", **(WHISKER | kw))
 
 
@@ -527,7 +529,7 @@ def _gain_label(data: Tables, cell: Cell) -> tuple[str, str]:
     if sp is None:
         return "", "black"
     text = f"{_pct(sp.point)} %"
-    if sp.has_interval:
+    if sp.lo is not None and sp.hi is not None:  # sp.has_interval
         text += f"\n[{_pct(sp.lo)}, {_pct(sp.hi)}]"
     return text, VERDICT_COLORS.get(data.verdict(cell) or "", NOISE_COLOR)
 
@@ -891,6 +893,7 @@ def _plan_labels(
             else obs
         )
         best = None
+        g: float
         for g in (3, 8, 16, 28, 44, 64, 90):
             g *= s
             cands = (
@@ -924,8 +927,10 @@ def _plan_labels(
                 score = (not inside, hits, g, i)
                 if best is None or score < best[0]:
                     best = (score, bb, length)
+            assert best is not None  # set by the first candidate
             if best[0][:2] == (False, 0):
                 break
+        assert best is not None
         (outside, hits, _, _), bb, length = best
         boxes[idx] = bb
         placed = np.vstack([placed, [bb.x0, bb.y0, bb.x1, bb.y1]])
@@ -948,7 +953,7 @@ def _place_labels(
     placement are tried and the cheapest layout kept: deterministic (pure geometry)."""
     from matplotlib.text import Text
 
-    renderer = fig.canvas.get_renderer()
+    renderer = _renderer(fig)
     ax_box = ax.get_window_extent(renderer)
     s = fig.dpi / 72
     items = []
@@ -1027,7 +1032,7 @@ def size_stats(
                 continue
             full = len(got) == len(common) and all(v.has_interval for v in got)
             stat[(meth, m)] = (
-                stats.geomean([v.point for v in got]),
+                cast(float, stats.geomean([v.point for v in got])),  # speedups are > 0: never None
                 stats.geomean([v.lo for v in got]) if full else None,
                 stats.geomean([v.hi for v in got]) if full else None,
                 len(got),
@@ -1069,7 +1074,7 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
         xs = _dodge([(f"{meth}|{m}", math.log(known[m])) for meth, m in order], sep)
         styles = {"trident": "o", "ngram": "s", "suffix": "^"}
         obstacles = []
-        renderer = ax.figure.canvas.get_renderer()
+        renderer = _renderer(_figure(ax))
         for meth in methods:
             pts = [(math.exp(xs[f"{meth}|{m}"]), *stat[(meth, m)]) for (mm, m) in order if mm == meth]
             if not pts:
@@ -1157,7 +1162,7 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
         for (meth, m), (g, glo, ghi, _) in stat.items():
             px, py = ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), g))
             obstacles.append(Bbox.from_extents(px - r, py - r, px + r, py + r))
-            if glo is not None:
+            if glo is not None and ghi is not None:  # both or neither
                 _, plo = ax.transData.transform((1.0, glo))
                 _, phi = ax.transData.transform((1.0, ghi))
                 cap = 3.5 * ax.figure.dpi / 72  # the whisker's caps are 3 pt either side
@@ -1166,12 +1171,12 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
         _, y1 = ax.transData.transform((1.0, 1.0))
         obstacles.append(Bbox.from_extents(ax.bbox.x0, y1 - 1, ax.bbox.x1, y1 + 1))
         for m in known:  # the dumbbells
-            pts = [
+            ends = [
                 ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0]))
                 for meth in methods
                 if (meth, m) in stat
             ]
-            for (xa, ya), (xb, yb) in pairwise(pts):
+            for (xa, ya), (xb, yb) in pairwise(ends):
                 for k in range(1, 8):
                     px, py = xa + (xb - xa) * k / 8, ya + (yb - ya) * k / 8
                     obstacles.append(Bbox.from_extents(px - 1.5, py - 1.5, px + 1.5, py + 1.5))
@@ -1190,10 +1195,9 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
                 max(d[1] for d in disp) + r,
             )
             anchors.append((f"{_short(m)} ({known[m]:g}B)", sum(ax_) / len(ax_), sum(ay) / len(ay), near))
-        ctx.labels["fig5_model_size"] = _place_labels(ax.figure, ax, anchors, obstacles)
+        ctx.labels["fig5_model_size"] = _place_labels(_figure(ax), ax, anchors, obstacles)
         ctx.markers["fig5_model_size"] = [
-            (f"{meth} {m}", *map(float, ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0]))))
-            for meth, m in order
+            (f"{meth} {m}", *_display(ax, math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0])) for meth, m in order
         ]
         needs.notes.append(
             f"geometric mean (stats.geomean) over the common workloads {common}; whiskers: "
@@ -1205,7 +1209,23 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
 
 
 def fig_width(ax: Axes) -> float:
-    return float(ax.figure.get_size_inches()[0])
+    return float(_figure(ax).get_size_inches()[0])
+
+
+def _figure(ax: Axes) -> Figure:
+    """The figure an axes is on (every axes here is on a top-level Figure, never a SubFigure)."""
+    return cast("Figure", ax.figure)
+
+
+def _renderer(fig: Figure) -> RendererAgg:
+    """The renderer of a figure (every figure here is drawn on FigureCanvasAgg)."""
+    return cast("FigureCanvasAgg", fig.canvas).get_renderer()
+
+
+def _display(ax: Axes, x: float, y: float) -> tuple[float, float]:
+    """A data point in display pixels."""
+    px, py = ax.transData.transform((x, y))
+    return float(px), float(py)
 
 
 def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
@@ -1445,7 +1465,7 @@ def _style() -> Iterator[None]:
     import matplotlib
     import matplotlib.style
 
-    with matplotlib.style.context("default"), matplotlib.rc_context(STYLE):
+    with matplotlib.style.context("default"), matplotlib.rc_context(cast(Any, STYLE)):
         yield
 
 
@@ -1488,7 +1508,7 @@ def fig5_layout(tables_dir: Path, run: str) -> dict[str, list]:
     with _style():
         _fig5_model_size(ctx)
         fig = ctx.keep["fig5_model_size"]
-        renderer = fig.canvas.get_renderer()
+        renderer = _renderer(fig)
         labels = []
         for ann in ctx.labels.get("fig5_model_size", []):
             ann.update_positions(renderer)

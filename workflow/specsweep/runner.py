@@ -111,7 +111,7 @@ def build_doc(
             "prefill_method": prefill["method"],
             "decode_steps": decode_steps,
             "decode_step_time_ms": (1000.0 * decode_s / decode_steps)
-            if probed and decode_steps > 0 and decode_s > 0
+            if decode_steps is not None and decode_s is not None and decode_steps > 0 and decode_s > 0
             else None,
         },
         "spec": metrics.spec_summary(d) if settings["ladder"]["speculative"] else None,

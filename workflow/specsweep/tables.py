@@ -429,7 +429,7 @@ def cell_rows(
                 row[k] = _one([r[k] for r in ok])
             row["input_tokens_mean"] = stats.median([r["input_tokens_mean"] for r in ok])
             row["output_tokens_mean"] = stats.median([r["output_tokens_mean"] for r in ok])
-            matches = [r.get("prompts_match_baseline") for r in ok if r.get("prompts_match_baseline") is not None]
+            matches = [got for r in ok if (got := r.get("prompts_match_baseline")) is not None]
             row["prompts_match_baseline_min"] = min(matches) if matches else None
         out.append(row)
     return out
