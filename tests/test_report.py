@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
 import struct
 import subprocess
-import base64
-
-import pytest
 
 from conftest import snakemake
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _chromium(tmp_path, url: str, *extra: str) -> str:
     assert CHROMIUM, "Debian's chromium package is needed (.ci/run installs it)"
-    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
-                           *extra, url], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", *extra, url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc.stdout
 
 
@@ -47,9 +57,11 @@ def test_report_holds_rendered_figures_and_captions(tiny_run, tmp_path):
     # each embedded figure decodes and renders in the browser at its true size
     page = tmp_path / "figs.html"
     imgs = "".join(f'<img id="{n}" src="{uri}">' for n, uri in entries.items())
-    page.write_text("<html><body>" + imgs + "<script>window.onload = () => { document.body.setAttribute("
-                    "'data-sizes', JSON.stringify([...document.images].map(i => [i.id, i.naturalWidth, "
-                    "i.naturalHeight]))); };</script></body></html>")
+    page.write_text(
+        "<html><body>" + imgs + "<script>window.onload = () => { document.body.setAttribute("
+        "'data-sizes', JSON.stringify([...document.images].map(i => [i.id, i.naturalWidth, "
+        "i.naturalHeight]))); };</script></body></html>"
+    )
     dom = _chromium(tmp_path, page.as_uri(), "--dump-dom")
     sizes = json.loads(re.search(r"data-sizes=\"([^\"]+)\"", dom).group(1).replace("&quot;", '"'))
     assert len(sizes) == len(FIGURES) == 7
