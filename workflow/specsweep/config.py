@@ -75,9 +75,6 @@ class Cell:
     workload: str
     config: str
 
-    def path(self, run: str, root: Path | str = "results") -> Path:
-        return Path(root) / run / "cells" / self.model / self.workload / f"{self.config}.json"
-
     @property
     def key(self) -> str:
         return f"{self.model}/{self.workload}/{self.config}"

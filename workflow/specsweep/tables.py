@@ -34,7 +34,8 @@ from .jsonio import read_json, sha256_obj
 
 F, I, S = pa.float64(), pa.int64(), pa.string()  # noqa: E741 (column-type shorthands)
 B = pa.bool_()
-MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
+#: The columns that name a cell, its model and its ladder step: first in measurements and cells.
+CELL_ID_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("run", S),
     ("model", S),
     ("model_params_b", F),
@@ -43,6 +44,9 @@ MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("config", S),
     ("method", S),
     ("group", S),
+]
+MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
+    *CELL_ID_COLUMNS,
     ("repeat", I),
     ("status", S),
     ("error", S),
@@ -104,14 +108,7 @@ STAT_METRICS = (
     "prefill_share",
 )
 CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("run", S),
-    ("model", S),
-    ("model_params_b", F),
-    ("tp", I),
-    ("workload", S),
-    ("config", S),
-    ("method", S),
-    ("group", S),
+    *CELL_ID_COLUMNS,
     ("status", S),
     ("n", I),
     ("repeats", I),
@@ -387,7 +384,7 @@ def cell_rows(
         ok = [r for r in mine if r["status"] == "ok"]
         first = mine[0]
         row: dict[str, Any] = dict.fromkeys((n for n, _ in CELL_COLUMNS), None)
-        row |= {k: first[k] for k in ("run", "model", "model_params_b", "tp", "workload", "config", "method", "group")}
+        row |= {k: first[k] for k, _ in CELL_ID_COLUMNS}
         failed = [r for r in mine if r["status"] == "failed"]
         row |= {
             "n": len(ok),
