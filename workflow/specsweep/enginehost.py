@@ -28,9 +28,10 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, TypeGuard
 
 from .errors import SpecsweepError
 
@@ -49,7 +50,10 @@ def engine_dir(workdir: Path | str | None = None) -> Path:
         import hashlib
 
         wd = str(Path(workdir or os.getcwd()).resolve())
-        d = Path(tempfile.gettempdir()) / f"specsweep-engines-{os.getuid()}-{hashlib.sha256(wd.encode()).hexdigest()[:10]}"
+        d = (
+            Path(tempfile.gettempdir())
+            / f"specsweep-engines-{os.getuid()}-{hashlib.sha256(wd.encode()).hexdigest()[:10]}"
+        )
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(d, 0o700)
     return d
@@ -64,6 +68,7 @@ def _record(d: Path, key: str) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ wire
+
 
 def _send(conn: socket.socket, obj: Any) -> None:
     conn.sendall((json.dumps(obj, allow_nan=False) + "\n").encode())
@@ -99,6 +104,7 @@ def ping(sock_path: Path) -> dict[str, Any] | None:
 
 # ------------------------------------------------------------------------------------------------ host
 
+
 def serve(key: str, engine: Any, handle: Any, d: Path, idle_s: float = IDLE_S) -> None:
     """Listen on the engine's socket; `handle(msg) -> reply` measures. Runs in the host process."""
     path = _sock(d, key)
@@ -112,7 +118,7 @@ def serve(key: str, engine: Any, handle: Any, d: Path, idle_s: float = IDLE_S) -
         while True:
             try:
                 conn, _ = srv.accept()
-            except socket.timeout:
+            except TimeoutError:
                 print(f"engine {key}: idle for {idle_s:g} s, exiting", flush=True)
                 return
             with conn:
@@ -132,9 +138,12 @@ def serve(key: str, engine: Any, handle: Any, d: Path, idle_s: float = IDLE_S) -
                     try:
                         reply = {"ok": True, "doc": handle(msg)}
                     except BaseException as exc:  # the cell fails; the host goes on unless the engine is broken
-                        reply = {"ok": False, "error_type": type(exc).__name__,
-                                 "message": " ".join(str(exc).split())[:2000],
-                                 "traceback_tail": traceback.format_exc().strip().splitlines()[-8:]}
+                        reply = {
+                            "ok": False,
+                            "error_type": type(exc).__name__,
+                            "message": " ".join(str(exc).split())[:2000],
+                            "traceback_tail": traceback.format_exc().strip().splitlines()[-8:],
+                        }
                         print(f"engine {key}: request failed: {reply['error_type']}: {reply['message']}", flush=True)
                         if not isinstance(exc, Exception) or _engine_dead(exc):
                             _try_send(conn, reply)
@@ -159,6 +168,7 @@ def _try_send(conn: socket.socket, obj: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ client
+
 
 @contextmanager
 def _manager_lock(d: Path) -> Iterator[None]:
@@ -194,7 +204,7 @@ def _read_record(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _pid_alive(pid: Any) -> bool:
+def _pid_alive(pid: Any) -> TypeGuard[int]:
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -255,16 +265,24 @@ def ensure_host(key: str, argv: list[str], log_path: Path, d: Path) -> dict[str,
         log_path.parent.mkdir(parents=True, exist_ok=True)
         spawned_at = time.time()
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
         rec = {"key": key, "pid": proc.pid, "spawned_at": spawned_at, "log": str(log_path)}
         _record(d, key).write_text(json.dumps(rec))
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 _record(d, key).unlink(missing_ok=True)
-                raise SpecsweepError(f"engine {key}: the engine host exited with code {proc.returncode} before it "
-                                     f"was ready: {_last_line(log_path)} (log: {log_path})")
+                raise SpecsweepError(
+                    f"engine {key}: the engine host exited with code {proc.returncode} before it "
+                    f"was ready: {_last_line(log_path)} (log: {log_path})"
+                )
             if _sock(d, key).exists() and ping(_sock(d, key)):
                 return {"spawned": True, "spawned_at": spawned_at, "pid": proc.pid}
             time.sleep(0.2)
@@ -294,8 +312,22 @@ def measure_via_host(key: str, msg: dict[str, Any], d: Path) -> dict[str, Any]:
 
 
 def host_argv(config: str, model: str, config_name: str, repeat: int, model_path: str | None, key: str) -> list[str]:
-    argv = [sys.executable, "-m", "specsweep.cli", "engine-host", "--config", config, "--model", model,
-            "--ladder-step", config_name, "--repeat", str(repeat), "--key", key]
+    argv = [
+        sys.executable,
+        "-m",
+        "specsweep.cli",
+        "engine-host",
+        "--config",
+        config,
+        "--model",
+        model,
+        "--ladder-step",
+        config_name,
+        "--repeat",
+        str(repeat),
+        "--key",
+        key,
+    ]
     if model_path:
         argv += ["--model-path", model_path]
     return argv

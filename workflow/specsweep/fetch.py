@@ -24,8 +24,9 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .errors import SpecsweepError
 from .jsonio import atomic_write_json, sha256_obj
@@ -60,6 +61,7 @@ def names_regex(names: Iterable[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ listing
+
 
 def select_files(paths: Iterable[str]) -> list[str]:
     """The files of a repo that a model folder needs: the top-level weights (safetensors when the repo has them,
@@ -104,6 +106,7 @@ def _check_complete(label: str, files: Iterable[str], folder: Path | None = None
 
 # ------------------------------------------------------------------------------------------------ hashing
 
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -140,6 +143,7 @@ def _log(msg: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ errors
 
+
 def explain(exc: BaseException, repo_id: str, revision: str, endpoint: str | None = None) -> SpecsweepError | None:
     """The one-line error for a huggingface_hub or network exception (None when it is neither: a bug)."""
     from huggingface_hub import errors as hf_errors
@@ -155,11 +159,13 @@ def explain(exc: BaseException, repo_id: str, revision: str, endpoint: str | Non
         )
     if isinstance(exc, hf_errors.RevisionNotFoundError):
         return SpecsweepError(
-            f"{where}: revision {revision} is not a commit of this repo (pin one listed at {hub_url(repo_id)}/commits/main)"
+            f"{where}: revision {revision} is not a commit of this repo "
+            f"(pin one listed at {hub_url(repo_id)}/commits/main)"
         )
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
         return SpecsweepError(
-            f"{where}: no such repo on the Hugging Face Hub, or a private one (check hf_id; for a private repo set HF_TOKEN)"
+            f"{where}: no such repo on the Hugging Face Hub, or a private one "
+            "(check hf_id; for a private repo set HF_TOKEN)"
         )
     if isinstance(exc, hf_errors.HFValidationError):
         return SpecsweepError(f"{where}: not a valid Hugging Face repo id ({first})")
@@ -174,8 +180,14 @@ def explain(exc: BaseException, repo_id: str, revision: str, endpoint: str | Non
         status = getattr(getattr(exc, "response", None), "status_code", "?")
         return SpecsweepError(f"{where}: the Hugging Face Hub answered HTTP {status} ({first}); rerun later to resume")
     module = type(exc).__module__.split(".")[0]
-    if isinstance(exc, (ConnectionError, TimeoutError)) or module in ("httpx", "httpx2", "requests", "urllib3",
-                                                                       "httpcore", "h11"):
+    if isinstance(exc, (ConnectionError, TimeoutError)) or module in (
+        "httpx",
+        "httpx2",
+        "requests",
+        "urllib3",
+        "httpcore",
+        "h11",
+    ):
         from huggingface_hub import constants
 
         host = endpoint or constants.ENDPOINT
@@ -195,6 +207,7 @@ def _raise_explained(exc: BaseException, repo_id: str, revision: str, endpoint: 
 
 # ------------------------------------------------------------------------------------------------ fetching
 
+
 def _tmp_dir(out_dir: Path) -> Path:
     return out_dir.parent / f".{out_dir.name}.fetching"
 
@@ -212,8 +225,9 @@ def read_record(model_dir: Path | str) -> dict[str, Any] | None:
     return rec
 
 
-def _verify(folder: Path, files: dict[str, dict[str, Any]], label: str, full: bool = False,
-            remove_bad: bool = True) -> None:
+def _verify(
+    folder: Path, files: dict[str, dict[str, Any]], label: str, full: bool = False, remove_bad: bool = True
+) -> None:
     """Every listed file present with its listed size; small files (and all files when full) against their id.
     A file that fails is removed (remove_bad), with huggingface_hub's metadata of it, so that the next fetch
     downloads it again."""
@@ -248,8 +262,9 @@ def _check_disk(label: str, folder: Path, files: dict[str, dict[str, Any]]) -> N
     """Refuse, before any download, when the files still missing from folder (a resumed fetch has some) do not
     fit on its file system with 1 GiB to spare."""
     total = sum(e["size"] for e in files.values())
-    have = sum(e["size"] for n, e in files.items()
-               if (folder / n).is_file() and (folder / n).stat().st_size == e["size"])
+    have = sum(
+        e["size"] for n, e in files.items() if (folder / n).is_file() and (folder / n).stat().st_size == e["size"]
+    )
     need = total - have
     _, free = _free_bytes(folder)
     if need + DISK_HEADROOM > free:
@@ -283,7 +298,9 @@ def _listing_from_hub(api: Any, repo_id: str, revision: str, endpoint: str | Non
     return listing
 
 
-def _listing_from_cache(repo_id: str, revision: str, cache_dir: str | None) -> tuple[Path, dict[str, dict[str, Any]]] | None:
+def _listing_from_cache(
+    repo_id: str, revision: str, cache_dir: str | None
+) -> tuple[Path, dict[str, dict[str, Any]]] | None:
     """The snapshot of repo@revision in the Hugging Face cache, when it is complete there; resolved by
     huggingface_hub itself with local_files_only=True (no network). Each file's content id is its blob's name in
     the cache: the sha256 for an LFS file, the git blob id for any other."""
@@ -300,8 +317,11 @@ def _listing_from_cache(repo_id: str, revision: str, cache_dir: str | None) -> t
         exact = None
     patterns = [glob.escape(f) for f in exact] if exact else [f"*{s}" for s in (".safetensors", *_SIDE_SUFFIXES)]
     try:
-        snap = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True,
-                                      allow_patterns=patterns))
+        snap = Path(
+            snapshot_download(
+                repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True, allow_patterns=patterns
+            )
+        )
     except (LocalEntryNotFoundError, FileNotFoundError):
         return None
     except HFValidationError as exc:
@@ -413,8 +433,14 @@ def fetch_model(
         start()
         download = download or snapshot_download
         try:
-            download(repo_id, revision=revision, local_dir=str(tmp), allow_patterns=[glob.escape(f) for f in chosen],
-                     token=token, endpoint=endpoint)
+            download(
+                repo_id,
+                revision=revision,
+                local_dir=str(tmp),
+                allow_patterns=[glob.escape(f) for f in chosen],
+                token=token,
+                endpoint=endpoint,
+            )
         except Exception as exc:
             _raise_explained(exc, repo_id, revision, endpoint)
 
@@ -425,8 +451,9 @@ def fetch_model(
     for name in extra:  # never ship a file the listing did not name
         p = tmp / name
         shutil.rmtree(p) if p.is_dir() else p.unlink()
-    atomic_write_json(tmp / RECORD, {"format": FORMAT, "repo_id": repo_id, "revision": revision, "source": source,
-                                     "files": files})
+    atomic_write_json(
+        tmp / RECORD, {"format": FORMAT, "repo_id": repo_id, "revision": revision, "source": source, "files": files}
+    )
     if out_dir.is_dir():  # an empty folder (e.g. made by the workflow manager) is replaced
         out_dir.rmdir()
     os.replace(tmp, out_dir)
@@ -435,6 +462,7 @@ def fetch_model(
 
 
 # ------------------------------------------------------------------------------------------------ records
+
 
 def model_record(model_dir: Path | str, expect_revision: str | None = None) -> dict[str, Any]:
     """What a cell records of the model folder it measured: the revision (None for a built or local model), and a
@@ -452,7 +480,8 @@ def model_record(model_dir: Path | str, expect_revision: str | None = None) -> d
     if expect_revision is not None and (rec or {}).get("revision") != expect_revision:
         have = (rec or {}).get("revision") or "no fetch record"
         raise SpecsweepError(
-            f"model folder {model_dir}: holds revision {have}, the config pins {expect_revision} (remove the folder to fetch it)"
+            f"model folder {model_dir}: holds revision {have}, the config pins {expect_revision} "
+            "(remove the folder to fetch it)"
         )
     manifest = []
     total = 0
@@ -464,7 +493,8 @@ def model_record(model_dir: Path | str, expect_revision: str | None = None) -> d
         want = recorded.get(rel)
         if want is not None and want["size"] != size:
             raise SpecsweepError(
-                f"model folder {model_dir}: {rel} has {size} bytes, its fetch record says {want['size']} (fetch it again)"
+                f"model folder {model_dir}: {rel} has {size} bytes, its fetch record says {want['size']} "
+                "(fetch it again)"
             )
         if size > SMALL_FILE and want is not None and want.get("sha256"):
             digest = want["sha256"]
@@ -474,7 +504,9 @@ def model_record(model_dir: Path | str, expect_revision: str | None = None) -> d
         total += size
     for rel in recorded:
         if not (model_dir / rel).is_file():
-            raise SpecsweepError(f"model folder {model_dir}: {rel} named by its fetch record is missing (fetch it again)")
+            raise SpecsweepError(
+                f"model folder {model_dir}: {rel} named by its fetch record is missing (fetch it again)"
+            )
     return {
         "revision": rec.get("revision") if rec else None,
         "repo_id": rec.get("repo_id") if rec else None,
@@ -494,7 +526,8 @@ def stale_fetches(models: dict[str, tuple[str, str]], root: Path | str = "resour
         rec = read_record(folder)
         if rec is None:
             raise SpecsweepError(
-                f"model folder {folder}: has no {RECORD}, so its revision is unknown; remove it to fetch {repo_id} at {revision}"
+                f"model folder {folder}: has no {RECORD}, so its revision is unknown; "
+                f"remove it to fetch {repo_id} at {revision}"
             )
         if (rec.get("repo_id"), rec.get("revision")) != (repo_id, revision):
             raise SpecsweepError(

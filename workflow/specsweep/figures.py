@@ -29,11 +29,13 @@ import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
     from matplotlib.figure import Figure
 
 __all__ = ["FIGURES", "render_all", "fig5_layout", "WORKLOADS"]
@@ -75,7 +77,7 @@ COLORS: dict[str, str] = {
 VERDICT_COLORS: dict[str, str] = {"faster": "#1a7f37", "slower": "#c00000"}
 NOISE_COLOR = "#555555"
 MISSING_COLOR = "#c00000"
-WHISKER = {"color": "#222222", "linewidth": 0.9, "capsize": 2.5, "capthick": 0.9}
+WHISKER: dict[str, Any] = {"color": "#222222", "linewidth": 0.9, "capsize": 2.5, "capthick": 0.9}
 
 STYLE: dict[str, Any] = {
     "font.family": "sans-serif",
@@ -189,13 +191,17 @@ class Tables:
         meta = {k.decode(): v.decode() for k, v in (ctab.schema.metadata or {}).items()}
         crows = [r for r in ctab.to_pylist() if r.get("run") == run]
         srows = [r for r in stab.to_pylist() if r.get("run") == run]
-        baseline = meta.get("specsweep.baseline") or next(
-            (r["baseline"] for r in srows if r.get("baseline")), None)
+        baseline = meta.get("specsweep.baseline") or next((r["baseline"] for r in srows if r.get("baseline")), None)
         if not baseline:
             raise ValueError(f"{tables_dir}: no baseline named (metadata specsweep.baseline, column baseline)")
         repeats = int(meta.get("specsweep.repeats") or max((r.get("repeats") or 1 for r in crows), default=1))
-        return cls(run=run, baseline=baseline, repeats=repeats, cells=_index(crows, "cells.parquet"),
-                   speedup=_index(srows, "speedup.parquet"))
+        return cls(
+            run=run,
+            baseline=baseline,
+            repeats=repeats,
+            cells=_index(crows, "cells.parquet"),
+            speedup=_index(srows, "speedup.parquet"),
+        )
 
     # --- structure
 
@@ -223,8 +229,11 @@ class Tables:
 
     def ladder(self, model: str, workload: str) -> list[str]:
         """The baseline and the paper's ladder steps, then any other non-control step of this model/workload."""
-        present = [c for (m, w, c), row in self.cells.items()
-                   if (m, w) == (model, workload) and row.get("group") != CONTROLS_GROUP]
+        present = [
+            c
+            for (m, w, c), row in self.cells.items()
+            if (m, w) == (model, workload) and row.get("group") != CONTROLS_GROUP
+        ]
         return _order([*present, self.baseline, *LADDER], (self.baseline, *LADDER))
 
     # --- values
@@ -258,10 +267,15 @@ class Tables:
     def spd(self, cell: Cell, column: str) -> Val | None:
         """A speedup.parquet column (speedup, K, R, R_decode, T, ...) with its interval where it has one."""
         row = self.spd_row(cell)
-        if row is None or _num(row.get(column)) is None:
+        point = _num(row.get(column)) if row is not None else None
+        if row is None or point is None:
             return None
-        return Val(_num(row[column]), _num(row.get(f"{column}_lo")), _num(row.get(f"{column}_hi")),
-                   min(int(row.get("n") or 0), int(row.get("n_baseline") or 0)))
+        return Val(
+            point,
+            _num(row.get(f"{column}_lo")),
+            _num(row.get(f"{column}_hi")),
+            min(int(row.get("n") or 0), int(row.get("n_baseline") or 0)),
+        )
 
     def verdict(self, cell: Cell) -> str | None:
         row = self.spd_row(cell)
@@ -278,8 +292,10 @@ class Tables:
         n_text = f"n = {self.repeats} repeat{'s' if self.repeats != 1 else ''} per cell"
         if fewer:
             n_text += f" ({fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)"
-        return (f"run: {self.run} · {n_text} · bar/marker = median, whisker = 95 % bootstrap interval"
-                f" · device: {_distinct(rows, 'device_name')} · vLLM {_distinct(rows, 'vllm_version')}")
+        return (
+            f"run: {self.run} · {n_text} · bar/marker = median, whisker = 95 % bootstrap interval"
+            f" · device: {_distinct(rows, 'device_name')} · vLLM {_distinct(rows, 'vllm_version')}"
+        )
 
 
 @dataclass
@@ -357,9 +373,16 @@ def _new_figure(
     top_in = 0.15 + 0.22 * len(title_lines)
     if needs.missing:
         lines = textwrap.wrap(_missing_text(needs.missing), width=int(width * 14), break_on_hyphens=False)
-        fig.text(0.5, 1 - (top_in + 0.08) / height, "\n".join(lines), ha="center", va="top", fontsize=8,
-                 color=MISSING_COLOR,
-                 bbox={"boxstyle": "round,pad=0.3", "facecolor": "#fff0f0", "edgecolor": MISSING_COLOR})
+        fig.text(
+            0.5,
+            1 - (top_in + 0.08) / height,
+            "\n".join(lines),
+            ha="center",
+            va="top",
+            fontsize=8,
+            color=MISSING_COLOR,
+            bbox={"boxstyle": "round,pad=0.3", "facecolor": "#fff0f0", "edgecolor": MISSING_COLOR},
+        )
         top_in += 0.2 + 0.15 * len(lines)
     foot_lines = textwrap.wrap(footer, width=int(width * 17), break_on_hyphens=False)
     fig.text(0.01, 0.06 / height, "\n".join(foot_lines), ha="left", va="bottom", fontsize=7, color="#444444")
@@ -379,14 +402,12 @@ def _message(ax: Axes, text: str, *, color: str = "#555555") -> None:
     ax.set_xticks([])
     ax.set_yticks([])
     ax.grid(False)
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color=color,
-            wrap=True)
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color=color, wrap=True)
 
 
 def _whisker(ax: Axes, x: float, v: Val, **kw: Any) -> None:
-    if v.has_interval:
-        ax.errorbar([x], [v.point], yerr=[[v.point - v.lo], [v.hi - v.point]], fmt="none",
-                    **(WHISKER | kw))
+    if v.lo is not None and v.hi is not None:  # v.has_interval
+        ax.errorbar([x], [v.point], yerr=[[v.point - v.lo], [v.hi - v.point]], fmt="none", **(WHISKER | kw))
 
 
 def _bars(
@@ -431,11 +452,29 @@ def _bars(
             if 0 < value.n < repeats:
                 text = f"{text}\nn={value.n}" if text else f"n={value.n}"
             if text:
-                ax.annotate(text, (x, value.top), xytext=(0, 2), textcoords="offset points", ha="center",
-                            va="bottom", fontsize=7, color=colour, linespacing=1.0)
+                ax.annotate(
+                    text,
+                    (x, value.top),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    color=colour,
+                    linespacing=1.0,
+                )
             if inside.get((group, name)):
-                ax.annotate(inside[(group, name)], (x, 0), xytext=(0, 3), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=7, color="white", fontweight="bold")
+                ax.annotate(
+                    inside[(group, name)],
+                    (x, 0),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    color="white",
+                    fontweight="bold",
+                )
     ax.set_xticks(range(len(groups)))
     if rotate:
         ax.set_xticklabels(groups, rotation=30, ha="right", rotation_mode="anchor")
@@ -450,8 +489,14 @@ def _bars(
         # labelled artists drawn before (e.g. reference markers) come first.
         handles = ax.get_legend_handles_labels()[0]
         handles += [Patch(facecolor=color(groups[0], name), label=name) for name in series]
-        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=len(handles),
-                  frameon=False, borderaxespad=0.2)
+        ax.legend(
+            handles=handles,
+            loc="lower left",
+            bbox_to_anchor=(0.0, 1.0),
+            ncols=len(handles),
+            frameon=False,
+            borderaxespad=0.2,
+        )
     return xs
 
 
@@ -466,10 +511,12 @@ def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
 
 def _save(fig: Figure, out_dir: Path, stem: str) -> None:
     """Save PNG and SVG deterministically."""
-    _atomic_write(out_dir / f"{stem}.png", lambda fh: fig.savefig(
-        fh, format="png", dpi=DPI, metadata={"Software": None}))
-    _atomic_write(out_dir / f"{stem}.svg", lambda fh: fig.savefig(
-        fh, format="svg", metadata={"Date": None, "Creator": None}))
+    _atomic_write(
+        out_dir / f"{stem}.png", lambda fh: fig.savefig(fh, format="png", dpi=DPI, metadata={"Software": None})
+    )
+    _atomic_write(
+        out_dir / f"{stem}.svg", lambda fh: fig.savefig(fh, format="svg", metadata={"Date": None, "Creator": None})
+    )
 
 
 def _pct(v: float) -> str:
@@ -482,7 +529,7 @@ def _gain_label(data: Tables, cell: Cell) -> tuple[str, str]:
     if sp is None:
         return "", "black"
     text = f"{_pct(sp.point)} %"
-    if sp.has_interval:
+    if sp.lo is not None and sp.hi is not None:  # sp.has_interval
         text += f"\n[{_pct(sp.lo)}, {_pct(sp.hi)}]"
     return text, VERDICT_COLORS.get(data.verdict(cell) or "", NOISE_COLOR)
 
@@ -505,8 +552,9 @@ class _Ctx:
     markers: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)  # display positions
 
     @contextmanager
-    def figure(self, stem: str, needs: _Needs, size: tuple[float, float], ncols: int, title: str,
-               **layout: float) -> Iterator[list[Axes]]:
+    def figure(
+        self, stem: str, needs: _Needs, size: tuple[float, float], ncols: int, title: str, **layout: float
+    ) -> Iterator[list[Axes]]:
         """Create a figure (title, footer, missing box), yield its axes, save it on exit."""
         fig, axes = _new_figure(size, ncols, title, needs, self.data.footer(needs.needed), **layout)
         yield axes
@@ -544,12 +592,23 @@ def _fig1_headline(ctx: _Ctx) -> _Needs:
             return needs
         values = {(w, c): data.val((model, w, c), "output_tok_s") for w in workloads for c in series}
         labels = {(w, HEADLINE_CONFIG): _gain_label(data, (model, w, HEADLINE_CONFIG)) for w in workloads}
-        _bars(ax, workloads, series, values, color=lambda _, c: ctx.color(c), labels=labels,
-              ylabel="output tokens/s", repeats=data.repeats, headroom=1.3)
+        _bars(
+            ax,
+            workloads,
+            series,
+            values,
+            color=lambda _, c: ctx.color(c),
+            labels=labels,
+            ylabel="output tokens/s",
+            repeats=data.repeats,
+            headroom=1.3,
+        )
         ax.set_xlabel("workload")
         ax.set_title(VERDICT_KEY.format(b=data.baseline), loc="right", fontsize=7, color="#444444")
-        needs.notes.append(f"labels: speedup of {HEADLINE_CONFIG} over {data.baseline} as % with its 95 % "
-                           "interval (speedup.parquet speedup/_lo/_hi), coloured by verdict")
+        needs.notes.append(
+            f"labels: speedup of {HEADLINE_CONFIG} over {data.baseline} as % with its 95 % "
+            "interval (speedup.parquet speedup/_lo/_hi), coloured by verdict"
+        )
     return needs
 
 
@@ -567,8 +626,17 @@ def _fig2_r_vs_k(ctx: _Ctx) -> _Needs:
             for q in ("R", "K", "T"):  # K is the cell's own (it needs no baseline)
                 values[(method, q)] = data.val(key, "K") if q == "K" else data.spd(key, q)
         labels = {key: (f"{v.point:.2f}", "black") for key, v in values.items() if v is not None}
-        _bars(ax, methods, ("R", "K", "T"), values, color=lambda _, q: COLORS[q], labels=labels,
-              ylabel=f"ratio (vs {data.baseline}) or tokens per step", repeats=data.repeats, headroom=1.55)
+        _bars(
+            ax,
+            methods,
+            ("R", "K", "T"),
+            values,
+            color=lambda _, q: COLORS[q],
+            labels=labels,
+            ylabel=f"ratio (vs {data.baseline}) or tokens per step",
+            repeats=data.repeats,
+            headroom=1.55,
+        )
         ax.axhline(1.0, color="black", linewidth=0.6)
         for i, method in enumerate(methods):
             cell = (model, workload, method)
@@ -580,13 +648,26 @@ def _fig2_r_vs_k(ctx: _Ctx) -> _Needs:
                 verdict = data.verdict(cell) or "–"
                 iv = f" [{sp.lo:.2f}, {sp.hi:.2f}]" if sp.has_interval else ""
                 text, colour = f"{verdict}\nspeedup {sp.point:.2f}{iv}", VERDICT_COLORS.get(verdict, NOISE_COLOR)
-            ax.annotate(text, (i, top), xytext=(0, 22), textcoords="offset points", ha="center", va="bottom",
-                        fontsize=8, fontweight="bold", color=colour, linespacing=1.1)
-        ax.set_xlabel("ladder step   (R: step time vs baseline · K: 1 + accepted/drafts · "
-                      "T: tokens per step vs baseline)")
-        needs.notes.append("R, T, speedup and verdict from speedup.parquet, K from cells.parquet, each with its 95 % "
-                           "interval; "
-                           "speedup = T / R exactly (ratio of medians); K is the per-request proxy for T")
+            ax.annotate(
+                text,
+                (i, top),
+                xytext=(0, 22),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                fontweight="bold",
+                color=colour,
+                linespacing=1.1,
+            )
+        ax.set_xlabel(
+            "ladder step   (R: step time vs baseline · K: 1 + accepted/drafts · T: tokens per step vs baseline)"
+        )
+        needs.notes.append(
+            "R, T, speedup and verdict from speedup.parquet, K from cells.parquet, each with its 95 % "
+            "interval; "
+            "speedup = T / R exactly (ratio of medians); K is the per-request proxy for T"
+        )
     return needs
 
 
@@ -602,8 +683,17 @@ def _fig3_sonnet_ladder(ctx: _Ctx) -> _Needs:
         labels = {(c, workload): _gain_label(data, (model, workload, c)) for c in ladder}
         if values[(data.baseline, workload)] is not None:
             labels[(data.baseline, workload)] = ("baseline", "black")
-        _bars(ax, ladder, (workload,), values, color=lambda c, _: ctx.color(c), labels=labels,
-              ylabel="output tokens/s", repeats=data.repeats, headroom=1.3)
+        _bars(
+            ax,
+            ladder,
+            (workload,),
+            values,
+            color=lambda c, _: ctx.color(c),
+            labels=labels,
+            ylabel="output tokens/s",
+            repeats=data.repeats,
+            headroom=1.3,
+        )
         ax.set_xlabel("ladder step")
         ax.set_title(VERDICT_KEY.format(b=data.baseline), loc="right", fontsize=7, color="#444444")
         needs.notes.append("labels: speedup vs the baseline as % with its 95 % interval, coloured by verdict")
@@ -621,9 +711,17 @@ def _fig4_k_alpha(ctx: _Ctx) -> _Needs:
             return needs
         kvals = {(w, m): data.val((model, w, m), "K") for w in K_ALPHA_WORKLOADS for m in SPEC_METHODS}
         inside = {key: f"{v.point:.2f}" for key, v in kvals.items() if v is not None}
-        xs = _bars(ax_k, K_ALPHA_WORKLOADS, SPEC_METHODS, kvals, color=lambda _, m: COLORS[m],
-                   ylabel="K = 1 + accepted / drafts (tokens per verify step)", repeats=data.repeats,
-                   inside=inside, legend=False)
+        xs = _bars(
+            ax_k,
+            K_ALPHA_WORKLOADS,
+            SPEC_METHODS,
+            kvals,
+            color=lambda _, m: COLORS[m],
+            ylabel="K = 1 + accepted / drafts (tokens per verify step)",
+            repeats=data.repeats,
+            inside=inside,
+            legend=False,
+        )
         bar_w_pts = 0.8 / len(SPEC_METHODS) * 0.92
         tops = [v.top for v in kvals.values() if v is not None]
         for (w, m), x in sorted(xs.items()):
@@ -633,31 +731,64 @@ def _fig4_k_alpha(ctx: _Ctx) -> _Needs:
                 if v is None:
                     continue
                 tops.append(v.top)
-                ax_k.plot([x + dx * bar_w_pts], [v.point], marker=marker, color=colour, linestyle="none",
-                          markersize=11 if marker == "_" else 4.5, markeredgewidth=2.2 if marker == "_" else 0.8,
-                          zorder=4)
+                ax_k.plot(
+                    [x + dx * bar_w_pts],
+                    [v.point],
+                    marker=marker,
+                    color=colour,
+                    linestyle="none",
+                    markersize=11 if marker == "_" else 4.5,
+                    markeredgewidth=2.2 if marker == "_" else 0.8,
+                    zorder=4,
+                )
                 _whisker(ax_k, x + dx * bar_w_pts, v, color=colour, zorder=4)
         ax_k.set_ylim(0, max(tops, default=1.0) * 1.18 or 1.0)
         handles = [
             *[Line2D([], [], color=COLORS[m], linewidth=8, label=m) for m in SPEC_METHODS],
-            Line2D([], [], color="#c00000", marker="_", markersize=11, markeredgewidth=2.2, linestyle="none",
-                   label="R of the cell (step time vs baseline)"),
-            Line2D([], [], color="black", marker="D", markersize=4.5, linestyle="none",
-                   label="T of the cell (speedup = T / R)"),
+            Line2D(
+                [],
+                [],
+                color="#c00000",
+                marker="_",
+                markersize=11,
+                markeredgewidth=2.2,
+                linestyle="none",
+                label="R of the cell (step time vs baseline)",
+            ),
+            Line2D(
+                [],
+                [],
+                color="black",
+                marker="D",
+                markersize=4.5,
+                linestyle="none",
+                label="T of the cell (speedup = T / R)",
+            ),
         ]
-        ax_k.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False,
-                    borderaxespad=0.2)
+        ax_k.legend(
+            handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False, borderaxespad=0.2
+        )
         ax_k.set_xlabel("workload")
         ax_k.set_title("a) K", loc="right")
         avals = {(w, m): data.val((model, w, m), "alpha") for w in K_ALPHA_WORKLOADS for m in SPEC_METHODS}
         labels = {key: (f"{v.point:.2f}", "black") for key, v in avals.items() if v is not None}
-        _bars(ax_a, K_ALPHA_WORKLOADS, SPEC_METHODS, avals, color=lambda _, m: COLORS[m], labels=labels,
-              ylabel="α = accepted / draft tokens", repeats=data.repeats)
+        _bars(
+            ax_a,
+            K_ALPHA_WORKLOADS,
+            SPEC_METHODS,
+            avals,
+            color=lambda _, m: COLORS[m],
+            labels=labels,
+            ylabel="α = accepted / draft tokens",
+            repeats=data.repeats,
+        )
         ax_a.set_xlabel("workload")
         ax_a.set_title("b) α", loc="right")
-        needs.notes.append("K, alpha from cells.parquet; R (red bar) and T (black diamond) of each cell from "
-                           "speedup.parquet, each with its 95 % interval. K above R is not a speedup: "
-                           "the speedup is T / R")
+        needs.notes.append(
+            "K, alpha from cells.parquet; R (red bar) and T (black diamond) of each cell from "
+            "speedup.parquet, each with its 95 % interval. K above R is not a speedup: "
+            "the speedup is T / R"
+        )
     return needs
 
 
@@ -682,7 +813,7 @@ def _dodge(points: list[tuple[str, float]], sep: float) -> dict[str, float]:
             a, b = clusters[i], clusters[i + 1]
             ca, cb = sum(p for _, p in a) / len(a), sum(p for _, p in b) / len(b)
             if (cb - sep * (len(b) - 1) / 2) - (ca + sep * (len(a) - 1) / 2) < sep:
-                clusters[i:i + 2] = [a + b]
+                clusters[i : i + 2] = [a + b]
                 merged = True
                 break
     out: dict[str, float] = {}
@@ -720,9 +851,11 @@ def _seg_hits(p: tuple[float, float], q: tuple[float, float], arr: Any) -> int:
     return int(inside.any(axis=0).sum())
 
 
-def _seg_seg(p1: tuple[float, float], p2: tuple[float, float], q1: tuple[float, float],
-             q2: tuple[float, float]) -> bool:
+def _seg_seg(
+    p1: tuple[float, float], p2: tuple[float, float], q1: tuple[float, float], q2: tuple[float, float]
+) -> bool:
     """Whether two segments cross (proper intersection)."""
+
     def orient(a: tuple[float, float], b: tuple[float, float], c: tuple[float, float]) -> float:
         return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
 
@@ -737,8 +870,9 @@ def _leader_start(bb: Any, px: float, py: float) -> tuple[float, float]:
     return cx + dx * t, cy + dy * t
 
 
-def _plan_labels(items: list[tuple[float, float, float, float, Any]], order: list[int], obstacles: list[Any],
-                 ax_box: Any, s: float) -> tuple[float, dict[int, Any]]:
+def _plan_labels(
+    items: list[tuple[float, float, float, float, Any]], order: list[int], obstacles: list[Any], ax_box: Any, s: float
+) -> tuple[float, dict[int, Any]]:
     """Greedy placement of label boxes in ``order``; items are (px, py, w, h, near) in display pixels.
     Returns (cost, {item index: box}); cost counts collisions heavily, then the leaders' length."""
     import numpy as np
@@ -753,17 +887,28 @@ def _plan_labels(items: list[tuple[float, float, float, float, Any]], order: lis
     cost = 0.0
     for idx in order:
         px, py, w, h, near = items[idx]
-        others = obs[~((obs[:, 0] < near.x1) & (near.x0 < obs[:, 2]) & (obs[:, 1] < near.y1) &
-                       (near.y0 < obs[:, 3]))] if len(obs) else obs
+        others = (
+            obs[~((obs[:, 0] < near.x1) & (near.x0 < obs[:, 2]) & (obs[:, 1] < near.y1) & (near.y0 < obs[:, 3]))]
+            if len(obs)
+            else obs
+        )
         best = None
+        g: float
         for g in (3, 8, 16, 28, 44, 64, 90):
             g *= s
             cands = (
-                (near.x1 + g, py - h / 2), (near.x0 - g - w, py - h / 2),              # right, left
-                (px - w / 2, near.y1 + g), (px - w / 2, near.y0 - g - h),              # above, below
-                (near.x1 + g, near.y1 + g - h / 2), (near.x1 + g, near.y0 - g - h / 2),  # right, up/down
-                (near.x0 - g - w, near.y1 + g - h / 2), (near.x0 - g - w, near.y0 - g - h / 2),
-                (px, near.y1 + g), (px - w, near.y1 + g), (px, near.y0 - g - h), (px - w, near.y0 - g - h),
+                (near.x1 + g, py - h / 2),
+                (near.x0 - g - w, py - h / 2),  # right, left
+                (px - w / 2, near.y1 + g),
+                (px - w / 2, near.y0 - g - h),  # above, below
+                (near.x1 + g, near.y1 + g - h / 2),
+                (near.x1 + g, near.y0 - g - h / 2),  # right, up/down
+                (near.x0 - g - w, near.y1 + g - h / 2),
+                (near.x0 - g - w, near.y0 - g - h / 2),
+                (px, near.y1 + g),
+                (px - w, near.y1 + g),
+                (px, near.y0 - g - h),
+                (px - w, near.y0 - g - h),
             )
             for i, (x0, y0) in enumerate(cands):
                 inside = x0 >= ax_box.x0 and x0 + w <= ax_box.x1 and y0 >= ax_box.y0 and y0 + h <= ax_box.y1
@@ -782,8 +927,10 @@ def _plan_labels(items: list[tuple[float, float, float, float, Any]], order: lis
                 score = (not inside, hits, g, i)
                 if best is None or score < best[0]:
                     best = (score, bb, length)
+            assert best is not None  # set by the first candidate
             if best[0][:2] == (False, 0):
                 break
+        assert best is not None
         (outside, hits, _, _), bb, length = best
         boxes[idx] = bb
         placed = np.vstack([placed, [bb.x0, bb.y0, bb.x1, bb.y1]])
@@ -797,47 +944,74 @@ def _plan_labels(items: list[tuple[float, float, float, float, Any]], order: lis
     return cost, boxes
 
 
-def _place_labels(fig: Figure, ax: Axes, anchors: list[tuple[str, float, float, Any]], obstacles: list[Any],
-                  fontsize: float = 7.0) -> list[Any]:
+def _place_labels(
+    fig: Figure, ax: Axes, anchors: list[tuple[str, float, float, Any]], obstacles: list[Any], fontsize: float = 7.0
+) -> list[Any]:
     """Place one label per anchor (text, x, y in data coords, display Bbox of what it names) beside that box,
     nearest first, where it overlaps no other label, leader or obstacle (display Bboxes) and stays inside the
     axes; a label set away from its point gets a leader line, and leaders do not cross.  A few fixed orders of
     placement are tried and the cheapest layout kept: deterministic (pure geometry)."""
     from matplotlib.text import Text
 
-    renderer = fig.canvas.get_renderer()
+    renderer = _renderer(fig)
     ax_box = ax.get_window_extent(renderer)
     s = fig.dpi / 72
     items = []
     for text, x, y, near in anchors:
         px, py = ax.transData.transform((x, y))
-        probe = ax.annotate(text, (x, y), xytext=(0, 0), textcoords="offset points", ha="left", va="bottom",
-                            fontsize=fontsize)
+        probe = ax.annotate(
+            text, (x, y), xytext=(0, 0), textcoords="offset points", ha="left", va="bottom", fontsize=fontsize
+        )
         probe.update_positions(renderer)
         tb = Text.get_window_extent(probe, renderer)
         probe.remove()
         items.append((float(px), float(py), tb.width, tb.height, near))
     n = len(items)
-    orders = [list(range(n)), list(reversed(range(n))),
-              sorted(range(n), key=lambda i: (-items[i][1], i)), sorted(range(n), key=lambda i: (items[i][1], i))]
-    best = min((_plan_labels(items, o, obstacles, ax_box, s) + (k,) for k, o in enumerate(orders)),
-               key=lambda r: (r[0], r[2]))
+    orders = [
+        list(range(n)),
+        list(reversed(range(n))),
+        sorted(range(n), key=lambda i: (-items[i][1], i)),
+        sorted(range(n), key=lambda i: (items[i][1], i)),
+    ]
+    best = min(
+        (_plan_labels(items, o, obstacles, ax_box, s) + (k,) for k, o in enumerate(orders)), key=lambda r: (r[0], r[2])
+    )
     boxes = best[1]
     placed = []
     for idx, (text, x, y, _) in enumerate(anchors):
         px, py = items[idx][0], items[idx][1]
         bb = boxes[idx]
-        leader = {"arrowstyle": "-", "color": "#888888", "linewidth": 0.6, "shrinkA": 0, "shrinkB": 2} \
-            if _gap(bb, px, py) > LEADER_MIN * s else None
-        placed.append(ax.annotate(text, (x, y), xytext=((bb.x0 - px) / s, (bb.y0 - py) / s),
-                                  textcoords="offset points", ha="left", va="bottom", fontsize=fontsize, zorder=6,
-                                  arrowprops=leader,
-                                  bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 0.5}))
+        leader = (
+            {"arrowstyle": "-", "color": "#888888", "linewidth": 0.6, "shrinkA": 0, "shrinkB": 2}
+            if _gap(bb, px, py) > LEADER_MIN * s
+            else None
+        )
+        placed.append(
+            ax.annotate(
+                text,
+                (x, y),
+                xytext=((bb.x0 - px) / s, (bb.y0 - py) / s),
+                textcoords="offset points",
+                ha="left",
+                va="bottom",
+                fontsize=fontsize,
+                zorder=6,
+                arrowprops=leader,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 0.5},
+            )
+        )
     return placed
 
 
-def size_stats(data: Tables) -> tuple[list[str], dict[str, float], list[str], list[str],
-                                       dict[tuple[str, str], tuple[float, float | None, float | None, int]]]:
+def size_stats(
+    data: Tables,
+) -> tuple[
+    list[str],
+    dict[str, float],
+    list[str],
+    list[str],
+    dict[tuple[str, str], tuple[float, float | None, float | None, int]],
+]:
     """Figure 5's numbers: models, their known sizes, the methods, the workloads common to every model, and
     per (method, model) the geometric mean speedup over those workloads (stats.geomean), the geometric means
     of the per-workload interval bounds (None unless every workload has an interval) and how many of the
@@ -857,9 +1031,12 @@ def size_stats(data: Tables) -> tuple[list[str], dict[str, float], list[str], li
             if not got:
                 continue
             full = len(got) == len(common) and all(v.has_interval for v in got)
-            stat[(meth, m)] = (stats.geomean([v.point for v in got]),
-                               stats.geomean([v.lo for v in got]) if full else None,
-                               stats.geomean([v.hi for v in got]) if full else None, len(got))
+            stat[(meth, m)] = (
+                cast(float, stats.geomean([v.point for v in got])),  # speedups are > 0: never None
+                stats.geomean([v.lo for v in got]) if full else None,
+                stats.geomean([v.hi for v in got]) if full else None,
+                len(got),
+            )
     return models, known, methods, common, stat
 
 
@@ -870,15 +1047,16 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
     data = ctx.data
     models, known, methods, common, stat = size_stats(data)
     needs = _Needs.of(data, [(m, w, c) for m in models for w in common for c in (data.baseline, *methods)])
-    title = (f"Speedup vs model size: geometric mean over the same {len(common)} workloads for every model "
-             f"({', '.join(common) or 'none'})")
+    title = (
+        f"Speedup vs model size: geometric mean over the same {len(common)} workloads for every model "
+        f"({', '.join(common) or 'none'})"
+    )
     with ctx.figure("fig5_model_size", needs, (9.5, 5.6), 1, title, top_extra_in=0.2) as (ax,):
         unsized = [m for m in models if m not in known]
         if unsized:
             needs.notes.append("not plotted (model_params_b null): " + ", ".join(unsized))
         if not known or not common:
-            _message(ax, f"no models with a known size and a common workload in run {data.run}",
-                     color=MISSING_COLOR)
+            _message(ax, f"no models with a known size and a common workload in run {data.run}", color=MISSING_COLOR)
             needs.notes.append("nothing plotted: no model with a known size, or no workload common to all models")
             return needs
         lo_x = min(*known.values(), 7.0) / 2.5
@@ -888,13 +1066,15 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
         ax_w_in = ax.get_position().width * fig_width(ax)
         sep = 10.0 / 72 / ax_w_in * (math.log(hi_x) - math.log(lo_x))  # 10 pt between markers
         for (meth, m), (g, glo, ghi, cnt) in stat.items():
-            needs.notes.append(f"{meth} {m}: geometric mean speedup over {cnt} of {len(common)} workloads = "
-                               f"{g:.4f}" + (f" [{glo:.4f}, {ghi:.4f}]" if glo is not None else ""))
+            needs.notes.append(
+                f"{meth} {m}: geometric mean speedup over {cnt} of {len(common)} workloads = "
+                f"{g:.4f}" + (f" [{glo:.4f}, {ghi:.4f}]" if glo is not None else "")
+            )
         order = sorted(((meth, m) for (meth, m) in stat), key=lambda k: (known[k[1]], methods.index(k[0])))
         xs = _dodge([(f"{meth}|{m}", math.log(known[m])) for meth, m in order], sep)
         styles = {"trident": "o", "ngram": "s", "suffix": "^"}
         obstacles = []
-        renderer = ax.figure.canvas.get_renderer()
+        renderer = _renderer(_figure(ax))
         for meth in methods:
             pts = [(math.exp(xs[f"{meth}|{m}"]), *stat[(meth, m)]) for (mm, m) in order if mm == meth]
             if not pts:
@@ -906,21 +1086,45 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
                     continue
                 x = [p[0] for p in group]
                 y = [p[1] for p in group]
-                err = [[p[1] - p[2] if p[2] is not None else 0.0 for p in group],
-                       [p[3] - p[1] if p[3] is not None else 0.0 for p in group]]
-                ax.errorbar(x, y, yerr=err, fmt=styles.get(meth, "o"), color=COLORS.get(meth, "#333333"),
-                            markerfacecolor=face, capsize=3, markersize=6, elinewidth=1.0,
-                            label=meth if face != "white" else f"{meth} (incomplete: fewer workloads)",
-                            zorder=3)
+                err = [
+                    [p[1] - p[2] if p[2] is not None else 0.0 for p in group],
+                    [p[3] - p[1] if p[3] is not None else 0.0 for p in group],
+                ]
+                ax.errorbar(
+                    x,
+                    y,
+                    yerr=err,
+                    fmt=styles.get(meth, "o"),
+                    color=COLORS.get(meth, "#333333"),
+                    markerfacecolor=face,
+                    capsize=3,
+                    markersize=6,
+                    elinewidth=1.0,
+                    label=meth if face != "white" else f"{meth} (incomplete: fewer workloads)",
+                    zorder=3,
+                )
         # one model's markers joined (a dumbbell), so dodged neighbours (70B, 72B) stay told apart
         for m in known:
             keys = [(meth, m) for meth in methods if (meth, m) in stat]
             if len(keys) > 1:
-                ax.plot([math.exp(xs[f"{k[0]}|{m}"]) for k in keys], [stat[k][0] for k in keys],
-                        color="#999999", linewidth=1.0, zorder=2)
+                ax.plot(
+                    [math.exp(xs[f"{k[0]}|{m}"]) for k in keys],
+                    [stat[k][0] for k in keys],
+                    color="#999999",
+                    linewidth=1.0,
+                    zorder=2,
+                )
         if not stat:
-            ax.text(0.5, 0.5, f"no model has a speedup on {', '.join(common)} yet", transform=ax.transAxes,
-                    ha="center", va="center", fontsize=9, color=MISSING_COLOR)
+            ax.text(
+                0.5,
+                0.5,
+                f"no model has a speedup on {', '.join(common)} yet",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=9,
+                color=MISSING_COLOR,
+            )
         # axes limits fixed before measuring anything in display space
         ax.axhline(1.0, color="black", linewidth=0.8, zorder=1)
         ymin, ymax = ax.get_ylim()
@@ -928,18 +1132,28 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
         ax.set_ylim(ymin, ymax + 0.18 * (ymax - ymin))
         split = math.sqrt(7.0 * 14.0)
         ax.axvline(split, color="#555555", linestyle="--", linewidth=1.0)
-        split_text = ax.text(split, 0.98, "≤7B | ≥14B", transform=blended_transform_factory(ax.transData,
-                             ax.transAxes), ha="center", va="top", fontsize=8, color="#555555",
-                             bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        split_text = ax.text(
+            split,
+            0.98,
+            "≤7B | ≥14B",
+            transform=blended_transform_factory(ax.transData, ax.transAxes),
+            ha="center",
+            va="top",
+            fontsize=8,
+            color="#555555",
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+        )
         # true sizes as a rug on the x axis
         rug = blended_transform_factory(ax.transData, ax.transAxes)
-        for m, size in known.items():
+        for size in known.values():
             ax.plot([size, size], [0.0, 0.025], color="black", linewidth=1.0, transform=rug, clip_on=False)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(True, axis="both", alpha=0.3)
-        ax.set_xlabel("model parameters (billions, log scale; ticks at the bottom: true sizes, markers dodged "
-                      "apart where sizes are close)")
+        ax.set_xlabel(
+            "model parameters (billions, log scale; ticks at the bottom: true sizes, markers dodged "
+            "apart where sizes are close)"
+        )
         ax.set_ylabel(f"speedup (output tok/s vs {data.baseline}), geometric mean")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, frameon=False, borderaxespad=0.2)
@@ -948,7 +1162,7 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
         for (meth, m), (g, glo, ghi, _) in stat.items():
             px, py = ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), g))
             obstacles.append(Bbox.from_extents(px - r, py - r, px + r, py + r))
-            if glo is not None:
+            if glo is not None and ghi is not None:  # both or neither
                 _, plo = ax.transData.transform((1.0, glo))
                 _, phi = ax.transData.transform((1.0, ghi))
                 cap = 3.5 * ax.figure.dpi / 72  # the whisker's caps are 3 pt either side
@@ -957,9 +1171,12 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
         _, y1 = ax.transData.transform((1.0, 1.0))
         obstacles.append(Bbox.from_extents(ax.bbox.x0, y1 - 1, ax.bbox.x1, y1 + 1))
         for m in known:  # the dumbbells
-            pts = [ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0]))
-                   for meth in methods if (meth, m) in stat]
-            for (xa, ya), (xb, yb) in zip(pts, pts[1:]):
+            ends = [
+                ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0]))
+                for meth in methods
+                if (meth, m) in stat
+            ]
+            for (xa, ya), (xb, yb) in pairwise(ends):
                 for k in range(1, 8):
                     px, py = xa + (xb - xa) * k / 8, ya + (yb - ya) * k / 8
                     obstacles.append(Bbox.from_extents(px - 1.5, py - 1.5, px + 1.5, py + 1.5))
@@ -970,23 +1187,45 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
                 continue
             ax_ = [math.exp(xs[f"{k[0]}|{m}"]) for k in keys]
             ay = [stat[k][0] for k in keys]
-            disp = [ax.transData.transform((xx, yy)) for xx, yy in zip(ax_, ay)]
-            near = Bbox.from_extents(min(d[0] for d in disp) - r, min(d[1] for d in disp) - r,
-                                     max(d[0] for d in disp) + r, max(d[1] for d in disp) + r)
+            disp = [ax.transData.transform((xx, yy)) for xx, yy in zip(ax_, ay, strict=True)]
+            near = Bbox.from_extents(
+                min(d[0] for d in disp) - r,
+                min(d[1] for d in disp) - r,
+                max(d[0] for d in disp) + r,
+                max(d[1] for d in disp) + r,
+            )
             anchors.append((f"{_short(m)} ({known[m]:g}B)", sum(ax_) / len(ax_), sum(ay) / len(ay), near))
-        ctx.labels["fig5_model_size"] = _place_labels(ax.figure, ax, anchors, obstacles)
+        ctx.labels["fig5_model_size"] = _place_labels(_figure(ax), ax, anchors, obstacles)
         ctx.markers["fig5_model_size"] = [
-            (f"{meth} {m}", *map(float, ax.transData.transform((math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0]))))
-            for meth, m in order]
-        needs.notes.append(f"geometric mean (stats.geomean) over the common workloads {common}; whiskers: "
-                           "geometric means of the per-workload 95 % intervals (conservative: assumes the "
-                           "workloads' errors move together); hollow marker: some of those workloads lack a "
-                           "speedup")
+            (f"{meth} {m}", *_display(ax, math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0])) for meth, m in order
+        ]
+        needs.notes.append(
+            f"geometric mean (stats.geomean) over the common workloads {common}; whiskers: "
+            "geometric means of the per-workload 95 % intervals (conservative: assumes the "
+            "workloads' errors move together); hollow marker: some of those workloads lack a "
+            "speedup"
+        )
     return needs
 
 
 def fig_width(ax: Axes) -> float:
-    return float(ax.figure.get_size_inches()[0])
+    return float(_figure(ax).get_size_inches()[0])
+
+
+def _figure(ax: Axes) -> Figure:
+    """The figure an axes is on (every axes here is on a top-level Figure, never a SubFigure)."""
+    return cast("Figure", ax.figure)
+
+
+def _renderer(fig: Figure) -> RendererAgg:
+    """The renderer of a figure (every figure here is drawn on FigureCanvasAgg)."""
+    return cast("FigureCanvasAgg", fig.canvas).get_renderer()
+
+
+def _display(ax: Axes, x: float, y: float) -> tuple[float, float]:
+    """A data point in display pixels."""
+    px, py = ax.transData.transform((x, y))
+    return float(px), float(py)
 
 
 def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
@@ -1001,7 +1240,7 @@ def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
     with ctx.figure("fig6_gpu_util", needs, (15.0, 5.0), 3, title, bottom_in=0.7, top_extra_in=0.2) as axes:
         if ctx.headline_absent(needs, axes):
             return needs
-        for ax, (column, ylabel, panel_title) in zip(axes, panels):
+        for ax, (column, ylabel, panel_title) in zip(axes, panels, strict=True):
             ax.set_title(panel_title, loc="right")
             values = {(w, c): data.val((model, w, c), column) for w in workloads for c in series}
             if column == "gpu_util_mean":
@@ -1009,13 +1248,23 @@ def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
                 if needs.used and len(unmeasured) == len(needs.used):
                     device = _distinct(data.rows_of(needs.used), "device_name")
                     _message(ax, f"GPU utilisation not measured on this run\n(device: {device})")
-                    needs.notes.append(f"gpu_util_mean null for all measured cells (device: {device}); "
-                                       "panel a shows a message instead of bars")
+                    needs.notes.append(
+                        f"gpu_util_mean null for all measured cells (device: {device}); "
+                        "panel a shows a message instead of bars"
+                    )
                     continue
                 if unmeasured:
                     needs.notes.append("gpu_util_mean null for: " + ", ".join("/".join(c) for c in unmeasured))
-            _bars(ax, workloads, series, values, color=lambda _, c: ctx.color(c), ylabel=ylabel,
-                  repeats=data.repeats, rotate=True)
+            _bars(
+                ax,
+                workloads,
+                series,
+                values,
+                color=lambda _, c: ctx.color(c),
+                ylabel=ylabel,
+                repeats=data.repeats,
+                rotate=True,
+            )
     return needs
 
 
@@ -1035,11 +1284,16 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
 
     data, model = ctx.data, ctx.model
     sizes = data.model_sizes()
-    spec = [c for c, row in sorted(data.cells.items(), key=lambda kv: (sizes.get(kv[0][0]) or 0.0, kv[0]))
-            if row.get("method") not in (None, "none")]
+    spec = [
+        c
+        for c, row in sorted(data.cells.items(), key=lambda kv: (sizes.get(kv[0][0]) or 0.0, kv[0]))
+        if row.get("method") not in (None, "none")
+    ]
     needs = _Needs.of(data, spec)
-    title = ("Measured K against K predicted from the acceptance at draft position 1, p1, and the mean draft "
-             "length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1)")
+    title = (
+        "Measured K against K predicted from the acceptance at draft position 1, p1, and the mean draft "
+        "length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1)"
+    )
     with ctx.figure("fig7_k_predicted", needs, (12.0, 5.6), 2, title, top_extra_in=0.35) as (ax_p, ax_c):
         preds = []
         for cell in needs.used:
@@ -1057,17 +1311,36 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
             for key, marker, _ in forms:
                 xs = [p["K"] for _, p, _ in mine]
                 ys = [p[key] for _, p, _ in mine]
-                err = [[(p["K"] - k.lo) if k is not None and k.has_interval else 0.0 for _, p, k in mine],
-                       [(k.hi - p["K"]) if k is not None and k.has_interval else 0.0 for _, p, k in mine]]
+                err = [
+                    [(p["K"] - k.lo) if k is not None and k.has_interval else 0.0 for _, p, k in mine],
+                    [(k.hi - p["K"]) if k is not None and k.has_interval else 0.0 for _, p, k in mine],
+                ]
                 face = ctx.color(cfg) if key == "K_linear" else "none"
-                ax_p.errorbar(xs, ys, xerr=err, fmt=marker, markersize=4.5, color=ctx.color(cfg),
-                              markerfacecolor=face, markeredgewidth=0.9, elinewidth=0.6, capsize=0, alpha=0.85,
-                              zorder=3)
+                ax_p.errorbar(
+                    xs,
+                    ys,
+                    xerr=err,
+                    fmt=marker,
+                    markersize=4.5,
+                    color=ctx.color(cfg),
+                    markerfacecolor=face,
+                    markeredgewidth=0.9,
+                    elinewidth=0.6,
+                    capsize=0,
+                    alpha=0.85,
+                    zorder=3,
+                )
                 lo_v, hi_v = min(lo_v, *xs, *ys), max(hi_v, *xs, *ys)
-            for cell, p, k in mine:  # a cell measured fewer times than the run's n says so
+            for _cell, p, k in mine:  # a cell measured fewer times than the run's n says so
                 if k is not None and 0 < k.n < data.repeats:
-                    ax_p.annotate(f"n={k.n}", (p["K"], p["K_linear"]), xytext=(4, 2), textcoords="offset points",
-                                  fontsize=6, color="#444444")
+                    ax_p.annotate(
+                        f"n={k.n}",
+                        (p["K"], p["K_linear"]),
+                        xytext=(4, 2),
+                        textcoords="offset points",
+                        fontsize=6,
+                        color="#444444",
+                    )
         span = hi_v - lo_v
         lim = (max(0.0, lo_v - 0.05 * span), hi_v + 0.08 * span)
         ax_p.plot(lim, lim, color="black", linestyle="--", linewidth=0.9, zorder=2)
@@ -1083,16 +1356,35 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
             lev = sum(abs(p["err_leviathan"]) for _, p, _ in preds) / len(preds)
             err_text = f"mean |error| over {len(preds)} cells: linear {lin:.2f}, Leviathan {lev:.2f}"
             needs.notes.append(err_text)
-        ax_p.set_title(f"a) {err_text or 'no speculative cell with per-position counts'}", loc="left",
-                       fontsize=8)
-        handles = [*[Line2D([], [], color=ctx.color(c), marker="s", linestyle="none", markersize=6, label=c)
-                     for c in configs],
-                   *[Line2D([], [], color="#333333", marker=mk, markerfacecolor="#333333" if k == "K_linear"
-                            else "none", linestyle="none", markersize=5, label=lab) for k, mk, lab in forms],
-                   Line2D([], [], color="black", linestyle="--", linewidth=0.9, label="y = x")]
+        ax_p.set_title(f"a) {err_text or 'no speculative cell with per-position counts'}", loc="left", fontsize=8)
+        handles = [
+            *[Line2D([], [], color=ctx.color(c), marker="s", linestyle="none", markersize=6, label=c) for c in configs],
+            *[
+                Line2D(
+                    [],
+                    [],
+                    color="#333333",
+                    marker=mk,
+                    markerfacecolor="#333333" if k == "K_linear" else "none",
+                    linestyle="none",
+                    markersize=5,
+                    label=lab,
+                )
+                for k, mk, lab in forms
+            ],
+            Line2D([], [], color="black", linestyle="--", linewidth=0.9, label="y = x"),
+        ]
         ax_p.set_anchor("W")
-        ax_p.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=7,
-                    title="step / prediction", title_fontsize=7, alignment="left")
+        ax_p.legend(
+            handles=handles,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            frameon=False,
+            fontsize=7,
+            title="step / prediction",
+            title_fontsize=7,
+            alignment="left",
+        )
 
         # b) conditional acceptance per draft position, headline model
         styles = {"sonnet": "-", "chat": "--", "code": ":"}
@@ -1119,8 +1411,16 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
                     continue
                 drawn += 1
                 max_pos = max(max_pos, pos[-1])
-                ax_c.plot(pos, val, color=ctx.color(cfg), linestyle=styles.get(w, "-"), marker=markers.get(w, "o"),
-                          markersize=3.5, linewidth=1.2, label=f"{cfg} · {w}")
+                ax_c.plot(
+                    pos,
+                    val,
+                    color=ctx.color(cfg),
+                    linestyle=styles.get(w, "-"),
+                    marker=markers.get(w, "o"),
+                    markersize=3.5,
+                    linewidth=1.2,
+                    label=f"{cfg} · {w}",
+                )
                 ax_c.fill_between(pos, lo, hi, color=ctx.color(cfg), alpha=0.12, linewidth=0)
         if drawn:
             from matplotlib.ticker import MaxNLocator
@@ -1136,12 +1436,15 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
             pass
         else:
             _message(ax_c, f"no per-position counts for {model}", color=MISSING_COLOR)
-        ax_c.set_title(f"b) {model}: conditional acceptance per draft position (band: Wilson 95 %)", loc="left",
-                       fontsize=8)
-        needs.notes.append("a) every speculative cell of the run; p1 = accepted at position 1 / drafts, "
-                           "g = draft tokens / drafts (claims.k_predictions). b) accepted at i / accepted at "
-                           "i-1, counts summed over repeats; Wilson interval treats positions as independent "
-                           "trials")
+        ax_c.set_title(
+            f"b) {model}: conditional acceptance per draft position (band: Wilson 95 %)", loc="left", fontsize=8
+        )
+        needs.notes.append(
+            "a) every speculative cell of the run; p1 = accepted at position 1 / drafts, "
+            "g = draft tokens / drafts (claims.k_predictions). b) accepted at i / accepted at "
+            "i-1, counts summed over repeats; Wilson interval treats positions as independent "
+            "trials"
+        )
     return needs
 
 
@@ -1162,7 +1465,7 @@ def _style() -> Iterator[None]:
     import matplotlib
     import matplotlib.style
 
-    with matplotlib.style.context("default"), matplotlib.rc_context(STYLE):
+    with matplotlib.style.context("default"), matplotlib.rc_context(cast(Any, STYLE)):
         yield
 
 
@@ -1183,8 +1486,13 @@ def render_all(tables_dir: Path, out_dir: Path, headline_model: str, run: str) -
     with _style():
         for stem in FIGURES:
             figures[stem] = _DRAW[stem](ctx).manifest(stem)
-    manifest = {"run": run, "headline_model": headline_model, "baseline": data.baseline,
-                "repeats": data.repeats, "figures": figures}
+    manifest = {
+        "run": run,
+        "headline_model": headline_model,
+        "baseline": data.baseline,
+        "repeats": data.repeats,
+        "figures": figures,
+    }
     text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     _atomic_write(out_dir / "manifest.json", lambda fh: fh.write(text.encode("utf-8")))
     return manifest
@@ -1200,7 +1508,7 @@ def fig5_layout(tables_dir: Path, run: str) -> dict[str, list]:
     with _style():
         _fig5_model_size(ctx)
         fig = ctx.keep["fig5_model_size"]
-        renderer = fig.canvas.get_renderer()
+        renderer = _renderer(fig)
         labels = []
         for ann in ctx.labels.get("fig5_model_size", []):
             ann.update_positions(renderer)

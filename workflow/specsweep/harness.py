@@ -41,8 +41,10 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
 
     def requests(items: list[dict[str, Any]]) -> list[Any]:
         ids = encode_prompts(tok, items, use_chat)
-        return [SampleRequest(prompt={"prompt_token_ids": i}, prompt_len=len(i), expected_output_len=it["max_tokens"])
-                for i, it in zip(ids, items)]
+        return [
+            SampleRequest(prompt={"prompt_token_ids": i}, prompt_len=len(i), expected_output_len=it["max_tokens"])
+            for i, it in zip(ids, items, strict=True)
+        ]
 
     timed, warm = requests(wl["prompts"]), requests(wl["warmup"])
     extra = {"warmup_requests": warm} if "warmup_requests" in inspect.signature(run_vllm).parameters else {}
@@ -54,7 +56,10 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
         "format": "specsweep-harness/1",
         "harness": "vllm.benchmarks.throughput.run_vllm",
         "harness_warmup": bool(extra),
-        "run": study.run, "model": cell.model, "workload": cell.workload, "config": cell.config,
+        "run": study.run,
+        "model": cell.model,
+        "workload": cell.workload,
+        "config": cell.config,
         "prompts": len(timed),
         "elapsed_s": elapsed,
         "input_tokens": input_tokens,
@@ -81,8 +86,13 @@ def _specsweep_pass(study: Study, cell: Cell, workload_path: Path, model: str) -
     eng.start()
     raw = eng.measure(cell, workload_path)
     out_tokens = sum(len(o.outputs[0].token_ids) for o in raw["outs"])
-    res = {"side": "specsweep", "elapsed_s": raw["gen_wall_s"], "output_tokens": out_tokens,
-           "output_tok_s": out_tokens / raw["gen_wall_s"], "engine_start_s": eng.engine_start_s}
+    res = {
+        "side": "specsweep",
+        "elapsed_s": raw["gen_wall_s"],
+        "output_tokens": out_tokens,
+        "output_tok_s": out_tokens / raw["gen_wall_s"],
+        "engine_start_s": eng.engine_start_s,
+    }
     _shutdown(eng.llm)
     del eng, raw
     gc.collect()
@@ -107,8 +117,9 @@ def _shutdown(llm: Any) -> None:
         pass
 
 
-def run_fidelity(study: Study, cell: Cell, workload_path: Path, out: Path, model_path: str | None,
-                 runs: int = 3) -> dict[str, Any]:
+def run_fidelity(
+    study: Study, cell: Cell, workload_path: Path, out: Path, model_path: str | None, runs: int = 3
+) -> dict[str, Any]:
     """specsweep vs vLLM's run_vllm on one cell, `runs` fresh-engine passes each, interleaved."""
     from . import stats
 
@@ -123,8 +134,12 @@ def run_fidelity(study: Study, cell: Cell, workload_path: Path, out: Path, model
             res = _specsweep_pass(study, cell, workload_path, model)
         else:
             doc = run_harness(study, cell, workload_path, out.with_suffix(f".harness{len(passes)}.json"), model_path)
-            res = {"side": "harness", "elapsed_s": doc["elapsed_s"], "output_tokens": doc["output_tokens"],
-                   "output_tok_s": doc["output_tok_s"]}
+            res = {
+                "side": "harness",
+                "elapsed_s": doc["elapsed_s"],
+                "output_tokens": doc["output_tokens"],
+                "output_tok_s": doc["output_tok_s"],
+            }
         res["order"] = len(passes) + 1
         passes.append(res)
         print(f"fidelity pass {res['order']} {side}: {res['output_tok_s']:.1f} tok/s", flush=True)
@@ -133,15 +148,25 @@ def run_fidelity(study: Study, cell: Cell, workload_path: Path, out: Path, model
     ratio, lo, hi = stats.ratio_ci(a, b)
     doc = {
         "format": "specsweep-fidelity/1",
-        "run": study.run, "cell": cell.key, "model_weights": study.models[cell.model].weights,
-        "runs_each": runs, "order": order, "passes": passes,
-        "specsweep_median_tok_s": stats.median(a), "harness_median_tok_s": stats.median(b),
-        "ratio_of_medians": ratio, "ratio_lo": lo, "ratio_hi": hi,
-        "specsweep_cv": stats.cv(a), "harness_cv": stats.cv(b),
+        "run": study.run,
+        "cell": cell.key,
+        "model_weights": study.models[cell.model].weights,
+        "runs_each": runs,
+        "order": order,
+        "passes": passes,
+        "specsweep_median_tok_s": stats.median(a),
+        "harness_median_tok_s": stats.median(b),
+        "ratio_of_medians": ratio,
+        "ratio_lo": lo,
+        "ratio_hi": hi,
+        "specsweep_cv": stats.cv(a),
+        "harness_cv": stats.cv(b),
         "goal": [0.97, 1.03],
         "within_goal": None if ratio is None else bool(0.97 <= ratio <= 1.03),
-        "sampling": study.sampling, "workload_file": str(workload_path),
-        "versions": provenance.versions(), "finished": provenance.utc_now(),
+        "sampling": study.sampling,
+        "workload_file": str(workload_path),
+        "versions": provenance.versions(),
+        "finished": provenance.utc_now(),
     }
     atomic_write_json(Path(out), doc)
     for p in Path(out).parent.glob(Path(out).stem + ".harness*.json"):

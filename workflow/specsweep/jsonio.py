@@ -84,7 +84,9 @@ def parse_json(text: str, where: str) -> Any:
     except JsonRefused as exc:
         raise SpecsweepError(f"{where}: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise SpecsweepError(f"{where}: not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}") from None
+        raise SpecsweepError(
+            f"{where}: not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}"
+        ) from None
     except (ValueError, RecursionError) as exc:  # a 5000-digit integer, nesting deeper than Python's stack
         raise SpecsweepError(f"{where}: not valid JSON ({type(exc).__name__}: {exc})") from None
 
@@ -102,3 +104,40 @@ def read_json(path: Path, what: str = "JSON file") -> Any:
     if not text.strip():
         raise SpecsweepError(f"{what} {path}: file is empty")
     return parse_json(text, f"{what} {path}")
+
+
+def staging_dir(final: Path) -> Path:
+    """A fresh sibling folder to write a set of files into before swap_dir() puts it in place."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    recover_dir(final)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.new-", dir=final.parent))
+
+
+def recover_dir(final: Path) -> None:
+    """After a kill between the two renames of swap_dir(): put the previous set back."""
+    final = Path(final)
+    if not final.exists():
+        old = sorted(final.parent.glob(f".{final.name}.old-*"))
+        if old:
+            os.replace(old[-1], final)
+
+
+def swap_dir(staged: Path, final: Path) -> None:
+    """Replace the folder `final` by `staged` as a whole: a reader sees all old files or all new ones, never a
+    mix (a kill between the two renames leaves the old set beside it, which recover_dir() restores)."""
+    import shutil
+
+    staged, final = Path(staged), Path(final)
+    for p in staged.rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+    old = None
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        os.replace(final, old)
+    os.replace(staged, final)
+    os.chmod(final, 0o755)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 COUNTERS = (
     "vllm:spec_decode_num_drafts",
@@ -43,7 +44,7 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     a = after["per_pos"] + [0] * (n - len(after["per_pos"]))
     return {
         "counters": counters,
-        "per_pos": [y - x for x, y in zip(b, a)],
+        "per_pos": [y - x for x, y in zip(b, a, strict=True)],
         "steps": after["steps"] - before["steps"],
         "step_tokens": after["step_tokens"] - before["step_tokens"],
     }

@@ -70,12 +70,19 @@ def build_smollm2(out_dir: Path, gguf: Path | None = None, dtype: str = "float32
         fresh.load_state_dict(quantised.state_dict(), strict=True)
         fresh.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        (tmp / "specsweep-model.json").write_text(json.dumps({
-            "built_from": gguf.name,
-            "gguf_sha256": file_sha256(gguf),
-            "dtype": dtype,
-            "recipe": "transformers gguf de-quantisation -> LlamaForCausalLM -> safetensors",
-        }, indent=2, sort_keys=True) + "\n")
+        (tmp / "specsweep-model.json").write_text(
+            json.dumps(
+                {
+                    "built_from": gguf.name,
+                    "gguf_sha256": file_sha256(gguf),
+                    "dtype": dtype,
+                    "recipe": "transformers gguf de-quantisation -> LlamaForCausalLM -> safetensors",
+                },
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
@@ -103,12 +110,19 @@ def build_smollm2_tokenizer(out_dir: Path, gguf: Path | None = None) -> Path:
         tok.save_pretrained(tmp)
         cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         GenerationConfig.from_model_config(cfg).save_pretrained(tmp)
-        (tmp / "specsweep-tokenizer.json").write_text(json.dumps({
-            "built_from": gguf.name,
-            "gguf_sha256": file_sha256(gguf),
-            "vocab_size": cfg.vocab_size,
-            "recipe": "transformers gguf tokenizer -> save_pretrained (no weights)",
-        }, indent=2, sort_keys=True) + "\n")
+        (tmp / "specsweep-tokenizer.json").write_text(
+            json.dumps(
+                {
+                    "built_from": gguf.name,
+                    "gguf_sha256": file_sha256(gguf),
+                    "vocab_size": cfg.vocab_size,
+                    "recipe": "transformers gguf tokenizer -> save_pretrained (no weights)",
+                },
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
         if out_dir.exists():
             shutil.rmtree(out_dir)

@@ -1,8 +1,8 @@
 """The results layout, defined once. Everything else (the rules, the CLI, the tables) derives from here.
 
-    results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json      one measurement (a cell's repeat)
-    results/{run}/failures/{model}/{workload}/{config}/r{repeat}.json   its failure record, when it failed
-    results/{run}/archive/{model}/{workload}/{config}/r{repeat}/{sha}.json   every measurement ever finished
+results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json      one measurement (a cell's repeat)
+results/{run}/failures/{model}/{workload}/{config}/r{repeat}.json   its failure record, when it failed
+results/{run}/archive/{model}/{workload}/{config}/r{repeat}/{sha}.json   every measurement ever finished
 """
 
 from __future__ import annotations

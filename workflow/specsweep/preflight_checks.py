@@ -40,9 +40,7 @@ def check_env(env: Any, where: str = "config: env") -> None:
         if name in RESERVED_ENV:
             raise SpecsweepError(f"{where}.{name}: may not be set in the config: {RESERVED_ENV[name]}")
         if not isinstance(value, str):
-            raise SpecsweepError(
-                f"{where}.{name}: the value must be a string, got {type(value).__name__} (quote it)"
-            )
+            raise SpecsweepError(f"{where}.{name}: the value must be a string, got {type(value).__name__} (quote it)")
         if "\x00" in value:
             raise SpecsweepError(f"{where}.{name}: the value contains a NUL character")
 
@@ -71,8 +69,7 @@ def check_model_dir(path: Path | str) -> dict[str, Any]:
     return doc
 
 
-def check_prompt_lengths(lengths: Sequence[int], max_tokens: Sequence[int], max_model_len: int,
-                         where: str) -> None:
+def check_prompt_lengths(lengths: Sequence[int], max_tokens: Sequence[int], max_model_len: int, where: str) -> None:
     """Every prompt and its max_tokens fit in max_model_len (else vLLM refuses it mid-run, after engine start).
 
     `where` names the workload (e.g. "workload code"); the message names the prompt that overflows most
@@ -81,7 +78,7 @@ def check_prompt_lengths(lengths: Sequence[int], max_tokens: Sequence[int], max_
         raise SpecsweepError(f"{where}: {len(lengths)} prompt lengths but {len(max_tokens)} max_tokens")
     if not lengths:
         raise SpecsweepError(f"{where}: has no prompts")
-    for i, (n, m) in enumerate(zip(lengths, max_tokens)):
+    for i, (n, m) in enumerate(zip(lengths, max_tokens, strict=True)):
         if n < 1:
             raise SpecsweepError(f"{where}: prompt {i} is empty (0 tokens)")
         if m < 1:
@@ -90,7 +87,7 @@ def check_prompt_lengths(lengths: Sequence[int], max_tokens: Sequence[int], max_
     need = lengths[worst] + max_tokens[worst]
     if need > max_model_len:
         longest = max(range(len(lengths)), key=lambda i: (lengths[i], -i))
-        over = sum(1 for n, m in zip(lengths, max_tokens) if n + m > max_model_len)
+        over = sum(1 for n, m in zip(lengths, max_tokens, strict=True) if n + m > max_model_len)
         raise SpecsweepError(
             f"{where}: prompt {worst} needs {lengths[worst]} + {max_tokens[worst]} (max_tokens) = {need} tokens, "
             f"more than engine.max_model_len {max_model_len} ({over} of {len(lengths)} prompts too long; "
@@ -98,8 +95,9 @@ def check_prompt_lengths(lengths: Sequence[int], max_tokens: Sequence[int], max_
         )
 
 
-def check_workload_current(doc: Mapping[str, Any], spec: Any, where: str, seed: int | None = None,
-                           warmup: int | None = None) -> None:
+def check_workload_current(
+    doc: Mapping[str, Any], spec: Any, where: str, seed: int | None = None, warmup: int | None = None
+) -> None:
     """A workload file was made for the workload the config describes now (spec: a config.WorkloadSpec or
     its fields), with the config's seed and warm-up count: a stale file is refused before the engine starts,
     naming the keys that differ."""
@@ -114,7 +112,5 @@ def check_workload_current(doc: Mapping[str, Any], spec: Any, where: str, seed: 
     if not diff and len(doc.get("prompts") or ()) != expected.get("num_prompts"):
         diff.append("num_prompts")
     if diff:
-        shown = ", ".join(
-            f"{k} {got.get(k)!r} -> {expected.get(k)!r}" if k in expected else k for k in diff[:4]
-        )
+        shown = ", ".join(f"{k} {got.get(k)!r} -> {expected.get(k)!r}" if k in expected else k for k in diff[:4])
         raise SpecsweepError(f"{where}: made for other settings than the config's ({shown}); regenerate it")

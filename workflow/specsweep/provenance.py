@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import platform
-import socket
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,7 +36,9 @@ def git_state(root: Path | None = None) -> dict[str, Any]:
         dirty = bool(
             subprocess.run(
                 ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.strip()
         )
         return {"commit": commit, "dirty": dirty}

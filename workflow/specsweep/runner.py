@@ -22,8 +22,9 @@ from .jsonio import atomic_write_json, sha256_obj
 FORMAT = "specsweep-cell/2"
 
 
-def build_doc(study: Study, cell: Cell, repeat: int, workload_path: Path, engine: Engine,
-              raw: dict[str, Any]) -> dict[str, Any]:
+def build_doc(
+    study: Study, cell: Cell, repeat: int, workload_path: Path, engine: Engine, raw: dict[str, Any]
+) -> dict[str, Any]:
     """The cell document from one Engine.measure() result (runs where the engine is)."""
     spec = study.models[cell.model]
     wl, d, outs, timed_ids = raw["workload"], raw["delta"], raw["outs"], raw["timed_ids"]
@@ -109,7 +110,8 @@ def build_doc(study: Study, cell: Cell, repeat: int, workload_path: Path, engine
             "prefill_steps": prefill["probe_steps"],
             "prefill_method": prefill["method"],
             "decode_steps": decode_steps,
-            "decode_step_time_ms": (1000.0 * decode_s / decode_steps) if probed and decode_steps > 0 and decode_s > 0
+            "decode_step_time_ms": (1000.0 * decode_s / decode_steps)
+            if decode_steps is not None and decode_s is not None and decode_steps > 0 and decode_s > 0
             else None,
         },
         "spec": metrics.spec_summary(d) if settings["ladder"]["speculative"] else None,
@@ -121,8 +123,7 @@ def build_doc(study: Study, cell: Cell, repeat: int, workload_path: Path, engine
         "gpu": gpu,
         "provenance": {
             "versions": provenance.versions(),
-            "device": provenance.device_info(spec.tp) | {
-                "driver": gpu["driver"] if gpu else raw["driver"]},
+            "device": provenance.device_info(spec.tp) | {"driver": gpu["driver"] if gpu else raw["driver"]},
             "host": socket.gethostname(),
             "platform": platform.platform(),
             "harness": "specsweep.runner (vllm.LLM.generate, offline)",
@@ -153,9 +154,17 @@ def run_engine_host(study: Study, cell: Cell, repeat: int, model_path: str | Non
     enginehost.serve(key, engine, handle, enginehost.engine_dir())
 
 
-def run_cell(study: Study, key: paths.Key, root: Path, workload_path: Path, model_path: str | None = None,
-             config_path: str | None = None, log_path: str | None = None, reuse: bool = True,
-             watch_pid: int | None = None) -> dict[str, Any]:
+def run_cell(
+    study: Study,
+    key: paths.Key,
+    root: Path,
+    workload_path: Path,
+    model_path: str | None = None,
+    config_path: str | None = None,
+    log_path: str | None = None,
+    reuse: bool = True,
+    watch_pid: int | None = None,
+) -> dict[str, Any]:
     """Measure one cell repeat and write it. `reuse` measures on the shared engine host (default); without
     it the engine starts in this process and ends with it."""
     t_start = time.time()
@@ -172,8 +181,13 @@ def run_cell(study: Study, key: paths.Key, root: Path, workload_path: Path, mode
         wl = workloads.load(Path(workload_path))
         if wl["name"] != cell.workload:
             raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
-        preflight_checks.check_workload_current(wl, study.workloads[cell.workload], f"workload file {workload_path}",
-                                                seed=study.raw["seed"], warmup=study.raw["warmup_prompts"])
+        preflight_checks.check_workload_current(
+            wl,
+            study.workloads[cell.workload],
+            f"workload file {workload_path}",
+            seed=study.raw["seed"],
+            warmup=study.raw["warmup_prompts"],
+        )
         if model_path:
             preflight_checks.check_model_dir(model_path)
         model = resolve_model(study, cell, model_path)
@@ -183,35 +197,55 @@ def run_cell(study: Study, key: paths.Key, root: Path, workload_path: Path, mode
                 raise SpecsweepError("run-cell: engine reuse needs the config file path")
             d = enginehost.engine_dir()
             log = Path(log_path).with_name(f"engine-{ekey}.log") if log_path else d / f"{ekey}.log"
-            argv = enginehost.host_argv(str(Path(config_path).resolve()), cell.model, cell.config, key.repeat,
-                                        model if Path(model).is_dir() else None, ekey)
+            argv = enginehost.host_argv(
+                str(Path(config_path).resolve()),
+                cell.model,
+                cell.config,
+                key.repeat,
+                model if Path(model).is_dir() else None,
+                ekey,
+            )
             t0 = time.time()
             host = enginehost.ensure_host(ekey, argv, log, d)
             wait_s = time.time() - t0
             doc = enginehost.measure_via_host(
-                ekey, {"op": "measure", "workload": cell.workload, "workload_file": str(Path(workload_path).resolve())},
-                d)
-            doc["engine"] |= {"host_pid": host["pid"], "spawned_at": host["spawned_at"],
-                              "spawned_by_this_job": host["spawned"]}
+                ekey,
+                {"op": "measure", "workload": cell.workload, "workload_file": str(Path(workload_path).resolve())},
+                d,
+            )
+            doc["engine"] |= {
+                "host_pid": host["pid"],
+                "spawned_at": host["spawned_at"],
+                "spawned_by_this_job": host["spawned"],
+            }
         else:
             engine = Engine(study, cell, model, key.repeat)
             t0 = time.time()
             engine.start()
             wait_s = time.time() - t0
-            doc = build_doc(study, cell, key.repeat, Path(workload_path), engine, engine.measure(cell, Path(workload_path)))
+            doc = build_doc(
+                study, cell, key.repeat, Path(workload_path), engine, engine.measure(cell, Path(workload_path))
+            )
             doc["engine"] |= {"host_pid": os.getpid(), "spawned_at": t0, "spawned_by_this_job": True}
         t_end = time.time()
         doc["provenance"]["started"] = started
         doc["provenance"]["snakemake"] = _snakemake_version()
-        doc["job"] = {"started_at": t_start, "finished_at": t_end, "wall_s": t_end - t_start,
-                      "wait_for_engine_s": wait_s, "reuse": reuse}
+        doc["job"] = {
+            "started_at": t_start,
+            "finished_at": t_end,
+            "wall_s": t_end - t_start,
+            "wait_for_engine_s": wait_s,
+            "reuse": reuse,
+        }
         cells.validate(doc, str(out_path))
         archived = _archive(root, key, doc)
         if watch_pid is not None and not enginehost._pid_alive(watch_pid):
             # the scheduler that started this job is gone (kill -9): its next run would take a late write for an
             # incomplete file; keep the measurement in the archive only
-            raise SpecsweepError(f"cell {key.label}: the scheduler (pid {watch_pid}) died during the measurement; "
-                                 f"kept only in the archive: {archived}")
+            raise SpecsweepError(
+                f"cell {key.label}: the scheduler (pid {watch_pid}) died during the measurement; "
+                f"kept only in the archive: {archived}"
+            )
         atomic_write_json(out_path, doc)
     except BaseException as exc:  # record the failure as data (the previous measurement stays), then fail
         _write_failure(study, key, fail_path, exc, log_path, started)
@@ -227,16 +261,23 @@ def _archive(root: Path, key: paths.Key, doc: dict[str, Any]) -> Path:
     return path
 
 
-def _write_failure(study: Study, key: paths.Key, fail_path: Path, exc: BaseException, log_path: str | None,
-                   started: str) -> None:
+def _write_failure(
+    study: Study, key: paths.Key, fail_path: Path, exc: BaseException, log_path: str | None, started: str
+) -> None:
     record = {
         "format": "specsweep-failure/1",
-        "run": study.run, "model": key.model, "workload": key.workload, "config": key.config,
+        "run": study.run,
+        "model": key.model,
+        "workload": key.workload,
+        "config": key.config,
         "repeat": key.repeat,
         "error_type": type(exc).__name__,
         "message": " ".join(str(exc).split())[:2000],
         "traceback_tail": traceback.format_exc().strip().splitlines()[-5:],
-        "log": log_path, "host": socket.gethostname(), "started": started, "failed": provenance.utc_now(),
+        "log": log_path,
+        "host": socket.gethostname(),
+        "started": started,
+        "failed": provenance.utc_now(),
     }
     try:
         atomic_write_json(fail_path, record)

@@ -112,8 +112,9 @@ def _holder_label() -> str:
 class GpuSlots:
     """Hold `count` GPU ids exclusively; `ids` is what CUDA_VISIBLE_DEVICES should be."""
 
-    def __init__(self, count: int, slot_dir: Path | str | None = None, timeout_s: float | None = None,
-                 poll_s: float = 0.2) -> None:
+    def __init__(
+        self, count: int, slot_dir: Path | str | None = None, timeout_s: float | None = None, poll_s: float = 0.2
+    ) -> None:
         self.count, self.poll_s = count, poll_s
         self._default_dir = slot_dir is None
         self.slot_dir = Path(slot_dir) if slot_dir is not None else None
@@ -164,7 +165,9 @@ class GpuSlots:
         try:
             return os.open(self._lock_path(gid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            raise SpecsweepError(f"gpu slots: lock file {self._lock_path(gid)}: cannot be opened ({exc.strerror})") from None
+            raise SpecsweepError(
+                f"gpu slots: lock file {self._lock_path(gid)}: cannot be opened ({exc.strerror})"
+            ) from None
 
     def holders(self, pool: list[str]) -> str:
         """'gpu0 by pid 123 results/.../ngram.json, ...' for the GPUs of pool whose lock is held now."""
@@ -191,7 +194,7 @@ class GpuSlots:
             os.close(fd)
         self._fds, self.ids = [], []
 
-    def __enter__(self) -> "GpuSlots":
+    def __enter__(self) -> GpuSlots:
         self.acquire()
         return self
 

@@ -5,7 +5,7 @@ interval of a ratio of medians and the verdict it gives. Deterministic: the same
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -47,8 +47,9 @@ def bootstrap_ci(values: Sequence[float | None], seed: int = SEED) -> tuple[floa
     return _percentiles(np.median(arr[idx], axis=1))
 
 
-def ratio_ci(num: Sequence[float | None], den: Sequence[float | None],
-             seed: int = SEED) -> tuple[float | None, float | None, float | None]:
+def ratio_ci(
+    num: Sequence[float | None], den: Sequence[float | None], seed: int = SEED
+) -> tuple[float | None, float | None, float | None]:
     """Ratio of medians (num / den) and its 95 % bootstrap interval, resampling both sides independently
     (their repeats ran on different engines, so they are not paired). Interval None when either n < 2."""
     a, b = _clean(num), _clean(den)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,56 +30,159 @@ import pyarrow.parquet as pq
 from . import cells, paths, stats
 from .config import Study
 from .errors import SpecsweepError
-from .jsonio import atomic_write_bytes, atomic_write_json, read_json, sha256_obj
+from .jsonio import read_json, sha256_obj
 
-F, I, S = pa.float64(), pa.int64(), pa.string()
+F, I, S = pa.float64(), pa.int64(), pa.string()  # noqa: E741 (column-type shorthands)
 B = pa.bool_()
 MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("run", S), ("model", S), ("model_params_b", F), ("tp", I), ("workload", S), ("config", S), ("method", S),
-    ("group", S), ("repeat", I), ("status", S), ("error", S),
-    ("prompts", I), ("input_tokens", I), ("output_tokens", I), ("input_tokens_mean", F), ("output_tokens_mean", F),
-    ("engine_key", S), ("engine_position", I), ("import_s", F), ("engine_start_s", F), ("warmup_s", F),
-    ("reset_s", F), ("gen_wall_s", F), ("prefill_probe_s", F), ("job_wall_s", F),
-    ("output_tok_s", F), ("total_tok_s", F),
-    ("engine_steps", I), ("tokens_per_step", F), ("step_time_ms", F),
-    ("prefill_steps", I), ("decode_steps", I), ("decode_step_time_ms", F), ("prefill_share", F),
-    ("drafts", I), ("draft_tokens", I), ("accepted", I), ("K", F), ("alpha", F),
+    ("run", S),
+    ("model", S),
+    ("model_params_b", F),
+    ("tp", I),
+    ("workload", S),
+    ("config", S),
+    ("method", S),
+    ("group", S),
+    ("repeat", I),
+    ("status", S),
+    ("error", S),
+    ("prompts", I),
+    ("input_tokens", I),
+    ("output_tokens", I),
+    ("input_tokens_mean", F),
+    ("output_tokens_mean", F),
+    ("engine_key", S),
+    ("engine_position", I),
+    ("import_s", F),
+    ("engine_start_s", F),
+    ("warmup_s", F),
+    ("reset_s", F),
+    ("gen_wall_s", F),
+    ("prefill_probe_s", F),
+    ("job_wall_s", F),
+    ("output_tok_s", F),
+    ("total_tok_s", F),
+    ("engine_steps", I),
+    ("tokens_per_step", F),
+    ("step_time_ms", F),
+    ("prefill_steps", I),
+    ("decode_steps", I),
+    ("decode_step_time_ms", F),
+    ("prefill_share", F),
+    ("drafts", I),
+    ("draft_tokens", I),
+    ("accepted", I),
+    ("K", F),
+    ("alpha", F),
     ("accepted_per_pos", pa.list_(I)),
-    ("gpu_memory_utilization", F), ("cudagraph_mode_requested", S), ("cudagraph_mode_effective", S),
-    ("async_scheduling", B), ("model_runner", S),
-    ("gpu_util_mean", F), ("gpu_mem_max_mib", F),
-    ("device_name", S), ("device_count", I), ("vllm_version", S), ("prompt_format", S),
-    ("prompts_match_baseline", I), ("dataset_sha256", S), ("config_sha256", S), ("cell_path", S),
+    ("gpu_memory_utilization", F),
+    ("cudagraph_mode_requested", S),
+    ("cudagraph_mode_effective", S),
+    ("async_scheduling", B),
+    ("model_runner", S),
+    ("gpu_util_mean", F),
+    ("gpu_mem_max_mib", F),
+    ("device_name", S),
+    ("device_count", I),
+    ("vllm_version", S),
+    ("prompt_format", S),
+    ("prompts_match_baseline", I),
+    ("dataset_sha256", S),
+    ("config_sha256", S),
+    ("cell_path", S),
 ]
 #: Per-cell statistics over repeats: for each of these the median, the 95 % interval and the CV.
-STAT_METRICS = ("output_tok_s", "K", "alpha", "step_time_ms", "decode_step_time_ms", "tokens_per_step",
-                "gpu_util_mean", "gen_wall_s", "prefill_share")
+STAT_METRICS = (
+    "output_tok_s",
+    "K",
+    "alpha",
+    "step_time_ms",
+    "decode_step_time_ms",
+    "tokens_per_step",
+    "gpu_util_mean",
+    "gen_wall_s",
+    "prefill_share",
+)
 CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("run", S), ("model", S), ("model_params_b", F), ("tp", I), ("workload", S), ("config", S), ("method", S),
-    ("group", S), ("status", S), ("n", I), ("repeats", I), ("error", S),
+    ("run", S),
+    ("model", S),
+    ("model_params_b", F),
+    ("tp", I),
+    ("workload", S),
+    ("config", S),
+    ("method", S),
+    ("group", S),
+    ("status", S),
+    ("n", I),
+    ("repeats", I),
+    ("error", S),
     *[(f"{m}_{suffix}", F) for m in STAT_METRICS for suffix in ("median", "lo", "hi", "cv")],
-    ("prompts", I), ("input_tokens_mean", F), ("output_tokens_mean", F),
-    ("drafts", I), ("draft_tokens", I), ("accepted", I), ("accepted_per_pos", pa.list_(I)),
-    ("gpu_memory_utilization", F), ("cudagraph_mode_requested", S), ("cudagraph_mode_effective", S),
-    ("async_scheduling", B), ("model_runner", S), ("device_name", S), ("vllm_version", S),
+    ("prompts", I),
+    ("input_tokens_mean", F),
+    ("output_tokens_mean", F),
+    ("drafts", I),
+    ("draft_tokens", I),
+    ("accepted", I),
+    ("accepted_per_pos", pa.list_(I)),
+    ("gpu_memory_utilization", F),
+    ("cudagraph_mode_requested", S),
+    ("cudagraph_mode_effective", S),
+    ("async_scheduling", B),
+    ("model_runner", S),
+    ("device_name", S),
+    ("vllm_version", S),
     ("prompts_match_baseline_min", I),
 ]
 SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("run", S), ("model", S), ("model_params_b", F), ("workload", S), ("config", S), ("method", S),
-    ("baseline", S), ("status", S), ("n", I), ("n_baseline", I),
-    ("speedup", F), ("speedup_lo", F), ("speedup_hi", F), ("verdict", S), ("gain_pct", F),
-    ("K", F), ("K_lo", F), ("K_hi", F), ("alpha", F),
-    ("R", F), ("R_lo", F), ("R_hi", F), ("R_decode", F), ("R_decode_lo", F), ("R_decode_hi", F),
-    ("T", F), ("T_lo", F), ("T_hi", F),
-    ("output_tok_s", F), ("baseline_output_tok_s", F), ("tokens_per_step", F), ("baseline_tokens_per_step", F),
-    ("gen_wall_s", F), ("baseline_gen_wall_s", F), ("gpu_util_mean", F), ("baseline_gpu_util_mean", F),
-    ("async_scheduling", B), ("baseline_async_scheduling", B), ("model_runner", S), ("baseline_model_runner", S),
-    ("cudagraph_mode_effective", S), ("baseline_cudagraph_mode_effective", S),
-    ("prompts", I), ("prompts_match_baseline", I),
+    ("run", S),
+    ("model", S),
+    ("model_params_b", F),
+    ("workload", S),
+    ("config", S),
+    ("method", S),
+    ("baseline", S),
+    ("status", S),
+    ("n", I),
+    ("n_baseline", I),
+    ("speedup", F),
+    ("speedup_lo", F),
+    ("speedup_hi", F),
+    ("verdict", S),
+    ("gain_pct", F),
+    ("K", F),
+    ("K_lo", F),
+    ("K_hi", F),
+    ("alpha", F),
+    ("R", F),
+    ("R_lo", F),
+    ("R_hi", F),
+    ("R_decode", F),
+    ("R_decode_lo", F),
+    ("R_decode_hi", F),
+    ("T", F),
+    ("T_lo", F),
+    ("T_hi", F),
+    ("output_tok_s", F),
+    ("baseline_output_tok_s", F),
+    ("tokens_per_step", F),
+    ("baseline_tokens_per_step", F),
+    ("gen_wall_s", F),
+    ("baseline_gen_wall_s", F),
+    ("gpu_util_mean", F),
+    ("baseline_gpu_util_mean", F),
+    ("async_scheduling", B),
+    ("baseline_async_scheduling", B),
+    ("model_runner", S),
+    ("baseline_model_runner", S),
+    ("cudagraph_mode_effective", S),
+    ("baseline_cudagraph_mode_effective", S),
+    ("prompts", I),
+    ("prompts_match_baseline", I),
 ]
 
 
 # ------------------------------------------------------------------------------------------ comparability
+
 
 def _levers(doc: dict[str, Any]) -> tuple[set[str], set[str]]:
     """The engine keys and env names a cell's ladder step sets itself (its own levers, not conditions)."""
@@ -115,9 +219,12 @@ def comparable(doc: dict[str, Any], levers: tuple[set[str], set[str]] | None = N
 def same_cell_conditions(doc: dict[str, Any]) -> dict[str, Any]:
     """What the repeats of one cell must share: the comparable conditions and what vLLM chose."""
     eff = doc["effective"]
-    return comparable(doc) | {"config_sha256": doc["config_sha256"], "cudagraph_mode": eff["cudagraph_mode"],
-                              "async_scheduling": eff.get("async_scheduling"),
-                              "model_runner": eff.get("model_runner")}
+    return comparable(doc) | {
+        "config_sha256": doc["config_sha256"],
+        "cudagraph_mode": eff["cudagraph_mode"],
+        "async_scheduling": eff.get("async_scheduling"),
+        "model_runner": eff.get("model_runner"),
+    }
 
 
 def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -143,6 +250,7 @@ def stale_keys(doc: dict[str, Any], current: dict[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ loading
+
 
 def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
     spec = doc["spec"] or {}
@@ -175,8 +283,9 @@ def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
         "prefill_steps": st["prefill_steps"],
         "decode_steps": st["decode_steps"],
         "decode_step_time_ms": st["decode_step_time_ms"],
-        "prefill_share": (min(1.0, tm["prefill_probe_s"] / tm["gen_wall_s"])
-                          if tm["prefill_probe_s"] is not None else None),
+        "prefill_share": (
+            min(1.0, tm["prefill_probe_s"] / tm["gen_wall_s"]) if tm["prefill_probe_s"] is not None else None
+        ),
         "drafts": spec.get("drafts"),
         "draft_tokens": spec.get("draft_tokens"),
         "accepted": spec.get("accepted"),
@@ -208,9 +317,18 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
         path = paths.measurement(results, key)
         spec = study.models[cell.model]
         base = {
-            "run": study.run, "model": cell.model, "model_params_b": float(spec.params_b), "tp": spec.tp,
-            "workload": cell.workload, "config": cell.config, "method": study.ladder[cell.config].method,
-            "group": study.cell_groups[cell], "repeat": r, "status": "missing", "error": None, "cell_path": str(path),
+            "run": study.run,
+            "model": cell.model,
+            "model_params_b": float(spec.params_b),
+            "tp": spec.tp,
+            "workload": cell.workload,
+            "config": cell.config,
+            "method": study.ladder[cell.config].method,
+            "group": study.cell_groups[cell],
+            "repeat": r,
+            "status": "missing",
+            "error": None,
+            "cell_path": str(path),
         }
         if path.is_file():
             doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.config))
@@ -246,10 +364,13 @@ def _match_baseline(study: Study, rows: list[dict[str, Any]], docs: dict) -> Non
         if ref is None:
             continue
         mine = docs[(r["model"], r["workload"], r["config"], r["repeat"])]["outputs"]["token_sha256"]
-        r["prompts_match_baseline"] = sum(1 for a, b in zip(ref["outputs"]["token_sha256"], mine) if a == b)
+        r["prompts_match_baseline"] = sum(
+            1 for a, b in zip(ref["outputs"]["token_sha256"], mine, strict=False) if a == b
+        )
 
 
 # ------------------------------------------------------------------------------------------ aggregation
+
 
 def _one(values: list[Any]) -> Any:
     """The value all repeats agree on (None when they disagree or there is none)."""
@@ -257,20 +378,23 @@ def _one(values: list[Any]) -> Any:
     return values[0] if len(vals) == 1 else None
 
 
-def cell_rows(study: Study, rows: list[dict[str, Any]], docs: dict, allow_mismatch: bool,
-              mismatches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def cell_rows(
+    study: Study, rows: list[dict[str, Any]], docs: dict, allow_mismatch: bool, mismatches: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     out = []
     for cell in study.cells:
         mine = [r for r in rows if (r["model"], r["workload"], r["config"]) == (cell.model, cell.workload, cell.config)]
         ok = [r for r in mine if r["status"] == "ok"]
         first = mine[0]
         row: dict[str, Any] = dict.fromkeys((n for n, _ in CELL_COLUMNS), None)
-        row |= {k: first[k] for k in ("run", "model", "model_params_b", "tp", "workload", "config",
-                                                     "method", "group")}
+        row |= {k: first[k] for k in ("run", "model", "model_params_b", "tp", "workload", "config", "method", "group")}
         failed = [r for r in mine if r["status"] == "failed"]
-        row |= {"n": len(ok), "repeats": study.repeats,
-                "status": "ok" if len(ok) == study.repeats else ("partial" if ok else ("failed" if failed else "missing")),
-                "error": failed[0]["error"] if failed else None}
+        row |= {
+            "n": len(ok),
+            "repeats": study.repeats,
+            "status": "ok" if len(ok) == study.repeats else ("partial" if ok else ("failed" if failed else "missing")),
+            "error": failed[0]["error"] if failed else None,
+        }
         if ok:
             conds = [same_cell_conditions(docs[(cell.model, cell.workload, cell.config, r["repeat"])]) for r in ok]
             diff = sorted(k for k in conds[0] if any(c[k] != conds[0][k] for c in conds[1:]))
@@ -279,7 +403,8 @@ def cell_rows(study: Study, rows: list[dict[str, Any]], docs: dict, allow_mismat
                 if not allow_mismatch:
                     raise SpecsweepError(
                         f"cell {cell.key}: its repeats were measured under different {', '.join(diff)} "
-                        f"(rerun them, or pass --allow-mismatch)")
+                        f"(rerun them, or pass --allow-mismatch)"
+                    )
             for m in STAT_METRICS:
                 vals = [r[m] for r in ok]
                 lo, hi = stats.bootstrap_ci(vals)
@@ -291,24 +416,41 @@ def cell_rows(study: Study, rows: list[dict[str, Any]], docs: dict, allow_mismat
             if pos:
                 n = max(len(p) for p in pos)
                 row["accepted_per_pos"] = [sum(p[i] if i < len(p) else 0 for p in pos) for i in range(n)]
-            for k in ("prompts", "gpu_memory_utilization", "cudagraph_mode_requested", "cudagraph_mode_effective",
-                      "async_scheduling", "model_runner", "device_name", "vllm_version"):
+            for k in (
+                "prompts",
+                "gpu_memory_utilization",
+                "cudagraph_mode_requested",
+                "cudagraph_mode_effective",
+                "async_scheduling",
+                "model_runner",
+                "device_name",
+                "vllm_version",
+            ):
                 row[k] = _one([r[k] for r in ok])
             row["input_tokens_mean"] = stats.median([r["input_tokens_mean"] for r in ok])
             row["output_tokens_mean"] = stats.median([r["output_tokens_mean"] for r in ok])
-            matches = [r.get("prompts_match_baseline") for r in ok if r.get("prompts_match_baseline") is not None]
+            matches = [got for r in ok if (got := r.get("prompts_match_baseline")) is not None]
             row["prompts_match_baseline_min"] = min(matches) if matches else None
         out.append(row)
     return out
 
 
-def speedup_rows(study: Study, rows: list[dict[str, Any]], crow: list[dict[str, Any]], docs: dict,
-                 allow_mismatch: bool, mismatches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def speedup_rows(
+    study: Study,
+    rows: list[dict[str, Any]],
+    crow: list[dict[str, Any]],
+    docs: dict,
+    allow_mismatch: bool,
+    mismatches: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
     by_cell = {(c["model"], c["workload"], c["config"]): c for c in crow}
 
     def series(model: str, workload: str, config: str, metric: str) -> list[Any]:
-        return [r[metric] for r in rows if r["status"] == "ok" and
-                (r["model"], r["workload"], r["config"]) == (model, workload, config)]
+        return [
+            r[metric]
+            for r in rows
+            if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (model, workload, config)
+        ]
 
     out = []
     for c in crow:
@@ -330,29 +472,54 @@ def speedup_rows(study: Study, rows: list[dict[str, Any]], crow: list[dict[str, 
             if not allow_mismatch:
                 raise SpecsweepError(
                     f"cell {mk}/{wk}/{ck}: not comparable with its baseline cell ({study.baseline}), measured under "
-                    f"different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)")
+                    f"different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)"
+                )
         sp, lo, hi = stats.ratio_ci(series(mk, wk, ck, "output_tok_s"), series(mk, wk, study.baseline, "output_tok_s"))
-        r_, r_lo, r_hi = stats.ratio_ci(series(mk, wk, ck, "step_time_ms"), series(mk, wk, study.baseline, "step_time_ms"))
-        rd, rd_lo, rd_hi = stats.ratio_ci(series(mk, wk, ck, "decode_step_time_ms"),
-                                          series(mk, wk, study.baseline, "decode_step_time_ms"))
-        t, t_lo, t_hi = stats.ratio_ci(series(mk, wk, ck, "tokens_per_step"),
-                                       series(mk, wk, study.baseline, "tokens_per_step"))
+        r_, r_lo, r_hi = stats.ratio_ci(
+            series(mk, wk, ck, "step_time_ms"), series(mk, wk, study.baseline, "step_time_ms")
+        )
+        rd, rd_lo, rd_hi = stats.ratio_ci(
+            series(mk, wk, ck, "decode_step_time_ms"), series(mk, wk, study.baseline, "decode_step_time_ms")
+        )
+        t, t_lo, t_hi = stats.ratio_ci(
+            series(mk, wk, ck, "tokens_per_step"), series(mk, wk, study.baseline, "tokens_per_step")
+        )
         row |= {
             "status": "ok" if c["status"] == "ok" and base["status"] == "ok" else "partial",
-            "speedup": sp, "speedup_lo": lo, "speedup_hi": hi, "verdict": stats.verdict(sp, lo, hi),
+            "speedup": sp,
+            "speedup_lo": lo,
+            "speedup_hi": hi,
+            "verdict": stats.verdict(sp, lo, hi),
             "gain_pct": 100.0 * (sp - 1.0) if sp is not None else None,
-            "K": c["K_median"], "K_lo": c["K_lo"], "K_hi": c["K_hi"], "alpha": c["alpha_median"],
-            "R": r_, "R_lo": r_lo, "R_hi": r_hi, "R_decode": rd, "R_decode_lo": rd_lo, "R_decode_hi": rd_hi,
-            "T": t, "T_lo": t_lo, "T_hi": t_hi,
-            "output_tok_s": c["output_tok_s_median"], "baseline_output_tok_s": base["output_tok_s_median"],
-            "tokens_per_step": c["tokens_per_step_median"], "baseline_tokens_per_step": base["tokens_per_step_median"],
-            "gen_wall_s": c["gen_wall_s_median"], "baseline_gen_wall_s": base["gen_wall_s_median"],
-            "gpu_util_mean": c["gpu_util_mean_median"], "baseline_gpu_util_mean": base["gpu_util_mean_median"],
-            "async_scheduling": c["async_scheduling"], "baseline_async_scheduling": base["async_scheduling"],
-            "model_runner": c["model_runner"], "baseline_model_runner": base["model_runner"],
+            "K": c["K_median"],
+            "K_lo": c["K_lo"],
+            "K_hi": c["K_hi"],
+            "alpha": c["alpha_median"],
+            "R": r_,
+            "R_lo": r_lo,
+            "R_hi": r_hi,
+            "R_decode": rd,
+            "R_decode_lo": rd_lo,
+            "R_decode_hi": rd_hi,
+            "T": t,
+            "T_lo": t_lo,
+            "T_hi": t_hi,
+            "output_tok_s": c["output_tok_s_median"],
+            "baseline_output_tok_s": base["output_tok_s_median"],
+            "tokens_per_step": c["tokens_per_step_median"],
+            "baseline_tokens_per_step": base["tokens_per_step_median"],
+            "gen_wall_s": c["gen_wall_s_median"],
+            "baseline_gen_wall_s": base["gen_wall_s_median"],
+            "gpu_util_mean": c["gpu_util_mean_median"],
+            "baseline_gpu_util_mean": base["gpu_util_mean_median"],
+            "async_scheduling": c["async_scheduling"],
+            "baseline_async_scheduling": base["async_scheduling"],
+            "model_runner": c["model_runner"],
+            "baseline_model_runner": base["model_runner"],
             "cudagraph_mode_effective": c["cudagraph_mode_effective"],
             "baseline_cudagraph_mode_effective": base["cudagraph_mode_effective"],
-            "prompts": c["prompts"], "prompts_match_baseline": c["prompts_match_baseline_min"],
+            "prompts": c["prompts"],
+            "prompts_match_baseline": c["prompts_match_baseline_min"],
         }
         out.append(row)
     return out
@@ -365,8 +532,9 @@ def gpu_time(study: Study, rows: list[dict[str, Any]], docs: dict) -> dict[str, 
     for d in docs.values():
         e = d["engine"]
         k = (e["key"], float(e["spawned_at"]))
-        rec = engines.setdefault(k, {"start": float(e["spawned_at"]), "end": 0.0, "import_s": 0.0,
-                                     "engine_start_s": 0.0, "cells": 0})
+        rec = engines.setdefault(
+            k, {"start": float(e["spawned_at"]), "end": 0.0, "import_s": 0.0, "engine_start_s": 0.0, "cells": 0}
+        )
         rec["end"] = max(rec["end"], float(d["job"]["finished_at"]))
         rec["cells"] += 1
         rec["import_s"] = max(rec["import_s"], e["import_s"])
@@ -389,12 +557,13 @@ def gpu_time(study: Study, rows: list[dict[str, Any]], docs: dict) -> dict[str, 
         "total_s": total,
         "generating_share": (gen / total) if total else None,
         "method": "total_s = sum over engine instances of (last served cell job's end - host spawn); "
-                  "generating_s = sum of the timed passes",
+        "generating_s = sum of the timed passes",
     }
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in doc.items()}
 
 
 # ------------------------------------------------------------------------------------------ writing
+
 
 def _table(rows: list[dict[str, Any]], columns: list[tuple[str, pa.DataType]], meta: dict[str, str]) -> pa.Table:
     from .frames import pandas_metadata  # pd.read_parquet gives each column its meant type
@@ -426,22 +595,29 @@ def _ci(point: Any, lo: Any, hi: Any, digits: int = 2) -> str:
     return f"{point:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]],
-                     gt: dict[str, Any]) -> str:
+def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]], gt: dict[str, Any]) -> str:
     lines = [f"# specsweep run `{study.run}`", ""]
     done = sum(1 for r in crow if r["status"] == "ok")
     n_meas = sum(r["n"] for r in crow)
-    lines.append(f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
-                 f"{study.repeats} repeat(s) each, every repeat on its own engine start). Medians over repeats; "
-                 f"[95 % bootstrap interval]; CV = coefficient of variation of tok/s over repeats.")
-    lines += ["", "| model | workload | config | n | tok/s | CV | speedup | verdict | K | α | R | R decode | T | "
-              "in/out tokens | match baseline |",
-              "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines.append(
+        f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
+        f"{study.repeats} repeat(s) each, every repeat on its own engine start). Medians over repeats; "
+        f"[95 % bootstrap interval]; CV = coefficient of variation of tok/s over repeats."
+    )
+    lines += [
+        "",
+        "| model | workload | config | n | tok/s | CV | speedup | verdict | K | α | R | R decode | T | "
+        "in/out tokens | match baseline |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     spk = {(s["model"], s["workload"], s["config"]): s for s in sp}
     for r in crow:
         s = spk.get((r["model"], r["workload"], r["config"]), {})
-        match = (f"{r['prompts_match_baseline_min']}/{r['prompts']}"
-                 if r.get("prompts_match_baseline_min") is not None else "–")
+        match = (
+            f"{r['prompts_match_baseline_min']}/{r['prompts']}"
+            if r.get("prompts_match_baseline_min") is not None
+            else "–"
+        )
         cv = r.get("output_tok_s_cv")
         lines.append(
             f"| {r['model']} | {r['workload']} | {r['config']} | {r['n']} | "
@@ -452,25 +628,42 @@ def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str
             f"{_fmt(s.get('R_decode'))} | {_fmt(s.get('T'))} | "
             f"{_fmt(r.get('input_tokens_mean'), 0)}/{_fmt(r.get('output_tokens_mean'), 0)} | {match} |"
         )
-    lines += ["", f"GPU-holding time: {gt['total_s']:.1f} s over {gt['engine_starts']} engine start(s), "
-                  f"{gt['generating_s']:.1f} s generating (generating_share {_fmt(gt['generating_share'], 3)})."
-              if gt.get("total_s") else ""]
+    lines += [
+        "",
+        f"GPU-holding time: {gt['total_s']:.1f} s over {gt['engine_starts']} engine start(s), "
+        f"{gt['generating_s']:.1f} s generating (generating_share {_fmt(gt['generating_share'], 3)})."
+        if gt.get("total_s")
+        else "",
+    ]
     for title, status in (("Failed cells", "failed"), ("Partial cells", "partial"), ("Missing cells", "missing")):
         group = [r for r in crow if r["status"] == status]
         if group:
             lines += ["", f"## {title}", ""]
-            lines += [f"- {r['model']}/{r['workload']}/{r['config']} ({r['n']}/{r['repeats']})"
-                      + (f": {r['error']}" if r["error"] else "") for r in group]
+            lines += [
+                f"- {r['model']}/{r['workload']}/{r['config']} ({r['n']}/{r['repeats']})"
+                + (f": {r['error']}" if r["error"] else "")
+                for r in group
+            ]
     return "\n".join(lines) + "\n"
 
 
 def table_files() -> tuple[str, ...]:
-    return ("measurements.parquet", "cells.parquet", "speedup.parquet", "cells.csv", "summary.md", "gpu_time.json",
-            "claims.md", "claims.json", "readme.md")
+    return (
+        "measurements.parquet",
+        "cells.parquet",
+        "speedup.parquet",
+        "cells.csv",
+        "summary.md",
+        "gpu_time.json",
+        "claims.md",
+        "claims.json",
+        "readme.md",
+    )
 
 
-def build_tables(study: Study, results: Path, out: Path, allow_mismatch: bool = False,
-                 allow_stale: bool = False) -> dict[str, Any]:
+def build_tables(
+    study: Study, results: Path, out: Path, allow_mismatch: bool = False, allow_stale: bool = False
+) -> dict[str, Any]:
     from . import claims
 
     rows, docs, stale = load_measurements(study, Path(results), allow_stale)
@@ -506,16 +699,28 @@ def build_tables(study: Study, results: Path, out: Path, allow_mismatch: bool = 
         "readme.md": (claims.readme_sentence(study, crow, sp, decided) + "\n").encode(),
     }
     write_set(out, files)
-    return {"cells": len(crow), "ok": sum(r["status"] == "ok" for r in crow), "mismatches": mismatches,
-            "stale": stale}
+    return {"cells": len(crow), "ok": sum(r["status"] == "ok" for r in crow), "mismatches": mismatches, "stale": stale}
 
 
 def write_set(out: Path, files: dict[str, bytes]) -> None:
-    """Write a set of files so that a reader sees all old or all new: each file atomically, then a manifest
-    (written last) with every file's sha256; a reader that finds a file off its manifest knows the set is torn."""
+    """Write the tables as a set: into a staging folder, then swapped in as a whole (all old or all new), with a
+    MANIFEST.json of every file's sha256."""
     import hashlib
 
-    for name, data in files.items():
-        atomic_write_bytes(out / name, data)
-    atomic_write_json(out / "MANIFEST.json", {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())})
+    from .jsonio import staging_dir, swap_dir
 
+    out = Path(out)
+    staged = staging_dir(out)
+    try:
+        for name, data in files.items():
+            (staged / name).write_bytes(data)
+        manifest = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+        (staged / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        for p in staged.iterdir():
+            os.chmod(p, 0o644)
+        swap_dir(staged, out)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(staged, ignore_errors=True)
+        raise

@@ -62,7 +62,7 @@ class GpuSampler:
             self.samples.append((time.perf_counter() - t0, sum(utils) / len(utils), sum(mems)))
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "GpuSampler":
+    def __enter__(self) -> GpuSampler:
         if self.available:
             self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
             self._thread.start()

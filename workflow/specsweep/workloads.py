@@ -146,8 +146,9 @@ def _prompts(specs: dict[str, WorkloadSpec], name: str, lines: list[str], seed: 
     return items
 
 
-def build(specs: dict[str, WorkloadSpec], name: str, lines: list[str], seed: int, warmup: int,
-          corpus_sha256: str) -> dict[str, Any]:
+def build(
+    specs: dict[str, WorkloadSpec], name: str, lines: list[str], seed: int, warmup: int, corpus_sha256: str
+) -> dict[str, Any]:
     """The workload document for `name`: prompts, untimed warm-up prompts, provenance and content hash."""
     spec = specs[name]
     prompts = _prompts(specs, name, lines, seed, "timed", spec.num_prompts)
