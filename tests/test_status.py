@@ -19,8 +19,12 @@ FAILED = "smollm2-135m-instruct/code/suffix/r1"
 
 
 def status(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "specsweep.cli", "status", "--config",
-                           str(ROOT / "config" / "h200.yaml"), *args], cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specsweep.cli", "status", "--config", str(ROOT / "config" / "h200.yaml"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -28,8 +32,7 @@ def status(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
 def test_status_of_the_committed_h200_run():
     doc = json.loads(status("--json").stdout)
     assert (doc["measurements"], doc["cells"], doc["repeats"]) == (90, 30, 3)
-    assert {k: doc[k] for k in ("done", "failed", "stale", "left")} == {"done": 12, "failed": 0, "stale": 0,
-                                                                        "left": 78}
+    assert {k: doc[k] for k in ("done", "failed", "stale", "left")} == {"done": 12, "failed": 0, "stale": 0, "left": 78}
     # the GPU time spent is the tables' engine-holding time; to go is the mean job time x what is not done
     gt = read_json(ROOT / "results" / "h200-smollm2" / "tables" / "gpu_time.json", "gpu_time")
     assert doc["gpu_time_spent_s"] == gt["total_s"] and doc["engine_starts"] == gt["engine_starts"] == 2
@@ -59,21 +62,30 @@ def copy_with_stale_and_failed(tmp_path):
     doc["config_sha256"] = sha256_obj(doc["settings"])
     atomic_write_json(path, doc)
     model, workload, config, repeat = FAILED.split("/")
-    atomic_write_json(tmp_path / "results" / "h200-smollm2" / "failures" / model / workload / config / f"{repeat}.json",
-                      {"format": "specsweep-failure/1", "run": "h200-smollm2", "model": model, "workload": workload,
-                       "config": config, "repeat": 1, "error_type": "RuntimeError",
-                       "message": "engine start failed: CUDA out of memory"})
+    atomic_write_json(
+        tmp_path / "results" / "h200-smollm2" / "failures" / model / workload / config / f"{repeat}.json",
+        {
+            "format": "specsweep-failure/1",
+            "run": "h200-smollm2",
+            "model": model,
+            "workload": workload,
+            "config": config,
+            "repeat": 1,
+            "error_type": "RuntimeError",
+            "message": "engine start failed: CUDA out of memory",
+        },
+    )
     return tmp_path
 
 
 def test_status_counts_stale_and_failed(copy_with_stale_and_failed):
     work = copy_with_stale_and_failed
     doc = json.loads(status("--results", str(work / "results"), "--json").stdout)
-    assert {k: doc[k] for k in ("done", "failed", "stale", "left")} == {"done": 11, "failed": 1, "stale": 1,
-                                                                        "left": 77}
+    assert {k: doc[k] for k in ("done", "failed", "stale", "left")} == {"done": 11, "failed": 1, "stale": 1, "left": 77}
     assert doc["stale_measurements"] == [{"measurement": STALE, "differing": ["engine.max_num_seqs"]}]
-    assert doc["failed_measurements"] == [{"measurement": FAILED,
-                                           "error": "RuntimeError: engine start failed: CUDA out of memory"}]
+    assert doc["failed_measurements"] == [
+        {"measurement": FAILED, "error": "RuntimeError: engine start failed: CUDA out of memory"}
+    ]
     steps = {s["config"]: s for s in doc["steps"]}
     assert (steps["ngram"]["done"], steps["ngram"]["stale"]) == (5, 1)
     assert (steps["suffix"]["failed"], steps["suffix"]["left"]) == (1, 17)

@@ -13,8 +13,13 @@ from specsweep import cli
 from specsweep.frames import pandas_metadata
 from specsweep.tables import CELL_COLUMNS, MEASUREMENT_COLUMNS, SPEEDUP_COLUMNS
 
-PANDAS_DTYPE = {pa.int64(): "Int64", pa.float64(): "float64", pa.string(): "object", pa.bool_(): "boolean",
-                pa.list_(pa.int64()): "object"}
+PANDAS_DTYPE = {
+    pa.int64(): "Int64",
+    pa.float64(): "float64",
+    pa.string(): "object",
+    pa.bool_(): "boolean",
+    pa.list_(pa.int64()): "object",
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +32,9 @@ def tables(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name, columns", [("measurements", MEASUREMENT_COLUMNS), ("cells", CELL_COLUMNS),
-                                           ("speedup", SPEEDUP_COLUMNS)])
+@pytest.mark.parametrize(
+    "name, columns", [("measurements", MEASUREMENT_COLUMNS), ("cells", CELL_COLUMNS), ("speedup", SPEEDUP_COLUMNS)]
+)
 def test_every_column_reads_as_its_meant_type(tables, name, columns):
     df = pd.read_parquet(tables / f"{name}.parquet")
     assert list(df.columns) == [n for n, _ in columns]
@@ -50,7 +56,7 @@ def test_cells_table_in_pandas(tables):
     assert pd.api.types.is_integer_dtype(cells["drafts"]) and vanilla["drafts"].isna().all()
     assert all(isinstance(v, (int, np.integer)) for v in ngram["drafts"])
     # accepted per draft position: an int64 array per speculative cell, summing to its accepted tokens
-    for pos, accepted in zip(ngram["accepted_per_pos"], ngram["accepted"]):
+    for pos, accepted in zip(ngram["accepted_per_pos"], ngram["accepted"], strict=True):
         assert isinstance(pos, np.ndarray) and pos.dtype == np.int64 and len(pos) == 7
         assert int(pos.sum()) == accepted
     assert vanilla["accepted_per_pos"].isna().all()
@@ -74,8 +80,10 @@ def test_a_pandas_aggregation_agrees_with_the_tables(tables):
     speedup = pd.read_parquet(tables / "speedup.parquet")
     sp = speedup[speedup.status != "missing"].set_index(["model", "workload", "config"])
     assert len(sp) == 6 and sp["speedup"].dtype == np.float64
-    ratio = cells.loc[sp.index, "output_tok_s_median"].to_numpy() / cells.loc[
-        [(m_, w, "vanilla") for m_, w, _ in sp.index], "output_tok_s_median"].to_numpy()
+    ratio = (
+        cells.loc[sp.index, "output_tok_s_median"].to_numpy()
+        / cells.loc[[(m_, w, "vanilla") for m_, w, _ in sp.index], "output_tok_s_median"].to_numpy()
+    )
     np.testing.assert_allclose(sp["speedup"].to_numpy(), ratio, rtol=1e-12)
 
 

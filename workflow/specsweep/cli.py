@@ -388,7 +388,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="aggregate measurements made with other settings than the config's (recorded)",
     )
-    sp = add("status", cmd_status, "a run's progress: measurements done, failed, stale and left; GPU time spent and to go")
+    sp = add("status", cmd_status, "a run's progress: done, failed, stale and left; GPU time spent and to go")
     sp.add_argument("--results", default="results")
     sp.add_argument("--json", action="store_true", help="the same as JSON")
     sp = add("figures", cmd_figures, "render the six figures from a run's tables")

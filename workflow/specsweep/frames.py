@@ -38,8 +38,20 @@ def pandas_metadata(schema: pa.Schema) -> bytes:
         if field.type not in _PANDAS:
             raise TypeError(f"column {field.name}: no pandas type for Arrow type {field.type}")
         pandas_type, numpy_type = _PANDAS[field.type]
-        columns.append({"name": field.name, "field_name": field.name, "pandas_type": pandas_type,
-                        "numpy_type": numpy_type, "metadata": None})
-    doc = {"index_columns": [], "column_indexes": [], "columns": columns, "attributes": {},
-           "creator": {"library": "specsweep"}}
+        columns.append(
+            {
+                "name": field.name,
+                "field_name": field.name,
+                "pandas_type": pandas_type,
+                "numpy_type": numpy_type,
+                "metadata": None,
+            }
+        )
+    doc = {
+        "index_columns": [],
+        "column_indexes": [],
+        "columns": columns,
+        "attributes": {},
+        "creator": {"library": "specsweep"},
+    }
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()

@@ -44,10 +44,14 @@ def interpreter_note(managed: bool, snakemake_python: str, path: str | None = No
         return None
     found = shutil.which(INTERPRETER, path=path if path is not None else os.environ.get("PATH", ""))
     if found is None:
-        return (f"specsweep: note: no {INTERPRETER} on PATH, and every job runs `{INTERPRETER} -m specsweep.cli`"
-                " from its own environment: activate the environment that holds vLLM (source .venv/bin/activate,"
-                " conda activate specsweep-cpu) or pass --sdm conda")
+        return (
+            f"specsweep: note: no {INTERPRETER} on PATH, and every job runs `{INTERPRETER} -m specsweep.cli`"
+            " from its own environment: activate the environment that holds vLLM (source .venv/bin/activate,"
+            " conda activate specsweep-cpu) or pass --sdm conda"
+        )
     if os.path.dirname(os.path.abspath(found)) != os.path.dirname(os.path.abspath(snakemake_python)):
-        return (f"specsweep: note: jobs run {found} (the first {INTERPRETER} on PATH), not Snakemake's own "
-                f"{snakemake_python}; activate the environment the cells should be measured in, or pass --sdm conda")
+        return (
+            f"specsweep: note: jobs run {found} (the first {INTERPRETER} on PATH), not Snakemake's own "
+            f"{snakemake_python}; activate the environment the cells should be measured in, or pass --sdm conda"
+        )
     return None

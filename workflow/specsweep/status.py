@@ -69,8 +69,12 @@ def progress(study: Study, results: Path) -> dict[str, Any]:
         "engine_starts": spent["engine_starts"],
         "mean_job_s": round(run_mean, 3) if run_mean is not None else None,
         "to_go_s": round(to_go_s, 3) if to_go_s is not None else None,
-        "steps": [{"model": m, "config": c, **per_step[(m, c)]} for m in study.models for c in study.ladder
-                  if (m, c) in per_step],
+        "steps": [
+            {"model": m, "config": c, **per_step[(m, c)]}
+            for m in study.models
+            for c in study.ladder
+            if (m, c) in per_step
+        ],
         "failed_measurements": failed,
         "stale_measurements": stale_list,
     }
@@ -100,8 +104,10 @@ def render(doc: dict[str, Any], limit: int = 10) -> str:
     elif doc["to_go_s"] is None:
         lines.append(f"  to go: {todo} measurements, time unknown (nothing measured yet)")
     else:
-        lines.append(f"  to go: {todo} measurements (left, failed and stale), about {_dur(doc['to_go_s'])} "
-                     f"at the mean job time so far ({doc['mean_job_s']:.1f} s over the run, per model where known)")
+        lines.append(
+            f"  to go: {todo} measurements (left, failed and stale), about {_dur(doc['to_go_s'])} "
+            f"at the mean job time so far ({doc['mean_job_s']:.1f} s over the run, per model where known)"
+        )
     width = max([len("model")] + [len(s["model"]) for s in doc["steps"]])
     cwidth = max([len("config")] + [len(s["config"]) for s in doc["steps"]])
     lines += ["", f"{'model':<{width}}  {'config':<{cwidth}}  " + "  ".join(f"{s:>6}" for s in STATES)]
@@ -117,8 +123,11 @@ def render(doc: dict[str, Any], limit: int = 10) -> str:
             if len(items) > limit:
                 lines.append(f"  ... and {len(items) - limit} more")
     if doc["stale"]:
-        lines += ["", "Snakemake leaves stale measurements as they are under --rerun-triggers mtime (the profiles' "
-                      "setting): rerun one with `snakemake <its path> --force`, or build the tables with --allow-stale"]
+        lines += [
+            "",
+            "Snakemake leaves stale measurements as they are under --rerun-triggers mtime (the profiles' "
+            "setting): rerun one with `snakemake <its path> --force`, or build the tables with --allow-stale",
+        ]
     return "\n".join(lines)
 
 
