@@ -4,6 +4,8 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specsweep-installed
+# Every rule runs `python3` from the job's environment: the venv, as if activated.
+export PATH := $(abspath $(BIN)):$(PATH)
 # A local copy of vLLM's benchmarks/sonnet.txt (checked against the pinned sha256); empty = download it.
 SONNET ?= $(wildcard ../shared/data/sonnet.txt)
 SNAKE_CONFIG := $(if $(SONNET),--config sonnet_path=$(abspath $(SONNET)),)

@@ -13,6 +13,10 @@ if not workflow.overwrite_configfiles:
     configfile: f"{workflow.basedir}/config/config.yaml"
 
 
+# The report's front page (snakemake --report report.html); each figure's caption is workflow/report/{figure}.rst.
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/cells.smk"

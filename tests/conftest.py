@@ -12,6 +12,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
+# Every rule runs `python3` from the job's environment (specsweep/jobenv.py): the environment the tests run in
+# is activated for the Snakemake runs they start, as a person would `source .venv/bin/activate`.
+_BIN = str(Path(sys.executable).parent)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 
 
 def sonnet_path() -> Path:

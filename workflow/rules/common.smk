@@ -20,6 +20,8 @@ import copy  # noqa: E402
 import yaml  # noqa: E402
 
 from specsweep.config import check_config_files  # noqa: E402
+from specsweep.jobenv import cli_command, interpreter_note  # noqa: E402
+from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
 # Snakemake has already read each config file itself (JSON, else YAML through YTE, which evaluates a file
 # with `__use_yte__: true` as a Python template and drops the key): under Snakemake a config file is trusted
@@ -49,16 +51,29 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 RUN = STUDY.run
 CORPUS = "resources/sonnet.txt"
-SPECSWEEP = f"{sys.executable} -m specsweep.cli"
-# With --sdm conda each rule gets the stack of the study's device (envs/ beside workflow/).
+# Every rule runs `python3 -m specsweep.cli` from the job's own environment (never Snakemake's interpreter),
+# with this checkout's package first on PYTHONPATH: see specsweep/jobenv.py.
+SPECSWEEP = cli_command(str(Path(workflow.basedir) / "workflow"))
+_note = interpreter_note(
+    DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method,
+    sys.executable,
+)
+if _note:
+    print(_note, file=sys.stderr)
+# The conda env of each job under --sdm conda (envs/ beside workflow/). Cells and model steps get the stack of
+# the study's device; corpus, workloads, tables and figures the light env (no vLLM, no torch).
 CONDA_ENV = "../../envs/gpu.yaml" if STUDY.device == "gpu" else "../../envs/cpu.yaml"
+LIGHT_ENV = "../../envs/light.yaml"
 
 
 def _effective_config() -> str:
     """The validated config (defaults and --config overrides applied), content-addressed outside results/:
-    a dry run writes nothing under results/, and two configs of one run name never overwrite each other."""
+    a dry run writes nothing under results/, and two configs of one run name never overwrite each other.
+    """
     text = yaml.safe_dump(STUDY.raw, sort_keys=True).encode()
-    path = Path(".snakemake") / "specsweep" / f"config-{sha256_obj(STUDY.raw)[:16]}.yaml"
+    path = (
+        Path(".snakemake") / "specsweep" / f"config-{sha256_obj(STUDY.raw)[:16]}.yaml"
+    )
     if not path.is_file() or path.read_bytes() != text:
         atomic_write_bytes(path, text)
     return str(path)
@@ -111,7 +126,8 @@ def cell_priority(wildcards) -> int:
 
 def workload_file(wildcards) -> str:
     """The workload file a cell reads: its name carries the hash of everything it is made from, so a changed
-    workload config gives a new file (made before any cell uses it), never a stale one."""
+    workload config gives a new file (made before any cell uses it), never a stale one.
+    """
     return f"results/{RUN}/workloads/{wildcards.workload}.{WORKLOAD_HASH[wildcards.workload]}.json"
 
 
@@ -145,15 +161,17 @@ def figure_paths() -> list[str]:
     )
 
 
-
-
 def reported_figure_paths() -> list:
-    """The figures, each PNG in the Snakemake report with its caption (RST written with the numbers)."""
+    """The figures, each PNG in the Snakemake report with its caption: workflow/report/{figure}.rst, the
+    figure's fixed description, which includes the RST the figures step writes with the run's numbers
+    (figures/{run}/captions/{figure}.rst)."""
     out = []
     for path in figure_paths():
         if path.endswith(".png"):
             name = Path(path).stem
-            caption = os.path.abspath(f"figures/{RUN}/captions/{name}.rst")
+            caption = os.path.join(
+                workflow.basedir, "workflow", "report", f"{name}.rst"
+            )
             flagged = in_report(
                 path, caption=caption, category="Figures", labels={"figure": name}
             )
@@ -218,10 +236,21 @@ wildcard_constraints:
     whash="[0-9a-f]{12}",
 
 
+def stop_engines() -> None:
+    """End the engine hosts of this folder (in Snakemake's own process: nothing here needs a job's stack)."""
+    from specsweep import enginehost
+
+    stopped = enginehost.stop_all(enginehost.engine_dir())
+    print(
+        f"stopped {len(stopped)} engine host(s)"
+        + (f": {', '.join(stopped)}" if stopped else "")
+    )
+
+
 # The engine hosts of this folder end with the workflow (they also end on their own when idle).
 onsuccess:
-    shell(f"{SPECSWEEP} engines --stop")
+    stop_engines()
 
 
 onerror:
-    shell(f"{SPECSWEEP} engines --stop")
+    stop_engines()

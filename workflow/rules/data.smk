@@ -8,10 +8,10 @@ rule corpus:
         "logs/corpus.log",
     benchmark:
         "benchmarks/corpus.tsv"
-    localrule: True
     priority: FIRST
+    localrule: True
     conda:
-        CONDA_ENV
+        LIGHT_ENV
     params:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
@@ -29,10 +29,10 @@ rule workload:
         "logs/{run}/workloads/{workload}.{whash}.log",
     benchmark:
         "benchmarks/{run}/workloads/{workload}.{whash}.tsv"
-    localrule: True
     priority: FIRST
+    localrule: True
     conda:
-        CONDA_ENV
+        LIGHT_ENV
     params:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
@@ -68,9 +68,9 @@ rule build_model:
         "logs/build_model/{model}.log",
     benchmark:
         "benchmarks/build_model/{model}.tsv"
-    priority: FIRST
     wildcard_constraints:
         model="|".join(RECIPE_MODELS) or NO_MATCH,
+    priority: FIRST
     conda:
         CONDA_ENV
     params:
@@ -92,8 +92,8 @@ rule fetch_model:
         "benchmarks/fetch_model/{model}.tsv"
     wildcard_constraints:
         model=names_regex(FETCHED_MODELS),
-    localrule: True
     priority: FIRST
+    localrule: True
     conda:
         CONDA_ENV
     params:
@@ -113,8 +113,8 @@ rule dummy_tokenizer:
         "logs/build_model/dummy_tokenizer.log",
     benchmark:
         "benchmarks/build_model/dummy_tokenizer.tsv"
-    localrule: True
     priority: FIRST
+    localrule: True
     conda:
         CONDA_ENV
     params:
@@ -137,8 +137,8 @@ rule dummy_model:
         "benchmarks/build_model/{model}.tsv"
     wildcard_constraints:
         model="|".join(DUMMY_MODELS) or NO_MATCH,
-    localrule: True
     priority: FIRST
+    localrule: True
     conda:
         CONDA_ENV
     params:

@@ -9,7 +9,7 @@ rule tables:
         f"benchmarks/{RUN}/tables.tsv"
     localrule: True
     conda:
-        CONDA_ENV
+        LIGHT_ENV
     params:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
@@ -29,7 +29,7 @@ rule render_figures:
         f"benchmarks/{RUN}/figures.tsv"
     localrule: True
     conda:
-        CONDA_ENV
+        LIGHT_ENV
     params:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
@@ -46,7 +46,7 @@ rule figures:
         f"logs/{RUN}/figures-partial.log",
     localrule: True
     conda:
-        CONDA_ENV
+        LIGHT_ENV
     params:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,

@@ -13,6 +13,7 @@
                           --out resources/models/llama-3.1-8b
     specsweep tables     --config C --results results --out results/r/tables
     specsweep figures    --config C --tables results/r/tables --out figures/r
+    specsweep status     --config C [--results results] [--json]          # done, failed, stale, left; GPU time
 """
 
 from __future__ import annotations
@@ -271,6 +272,12 @@ def cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from . import status
+
+    return status.main(_study(args), Path(args.results), args.json)
+
+
 def cmd_figures(args: argparse.Namespace) -> int:
     """All figures, captions and the manifest, rendered into a staging folder and swapped in as a set."""
     import shutil
@@ -381,6 +388,9 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="aggregate measurements made with other settings than the config's (recorded)",
     )
+    sp = add("status", cmd_status, "a run's progress: done, failed, stale and left; GPU time spent and to go")
+    sp.add_argument("--results", default="results")
+    sp.add_argument("--json", action="store_true", help="the same as JSON")
     sp = add("figures", cmd_figures, "render the six figures from a run's tables")
     sp.add_argument("--tables", required=True)
     sp.add_argument("--out", required=True)

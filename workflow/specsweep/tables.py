@@ -563,7 +563,10 @@ def gpu_time(study: Study, rows: list[dict[str, Any]], docs: dict) -> dict[str, 
 
 
 def _table(rows: list[dict[str, Any]], columns: list[tuple[str, pa.DataType]], meta: dict[str, str]) -> pa.Table:
-    schema = pa.schema([pa.field(n, t) for n, t in columns], metadata=meta)
+    from .frames import pandas_metadata  # pd.read_parquet gives each column its meant type
+
+    fields = [pa.field(n, t) for n, t in columns]
+    schema = pa.schema(fields, metadata={**meta, "pandas": pandas_metadata(pa.schema(fields))})
     return pa.Table.from_pylist([{n: r.get(n) for n, _ in columns} for r in rows], schema=schema)
 
 

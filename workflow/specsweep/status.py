@@ -1,0 +1,137 @@
+"""Progress of a run a person can follow: ``specsweep status --config C [--results results] [--json]``.
+
+For every measurement the config expects (cell x repeat) it says which are
+
+    done     measured with the settings the config gives now
+    failed   no measurement, a failure record under results/{run}/failures/
+    stale    measured, but its config_sha256 is not the hash of what the config now gives for its cell (the
+             tables refuse it; rerun it with --force, or build the tables with --allow-stale)
+    left     neither measured nor failed
+
+and the time: GPU time spent is the engine-holding time of the tables' ``gpu_time.json`` (each engine instance
+from its host's spawn to the end of the last cell job it served, summed), and the time to go is the mean job
+time so far (of the same model where it has measurements, else of the run) times the measurements not done
+(left, failed and stale). Nothing is written; the cells are read exactly as the tables read them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from .config import Study
+
+STATES = ("done", "failed", "stale", "left")
+
+
+def progress(study: Study, results: Path) -> dict[str, Any]:
+    """The run's progress as a JSON-able document."""
+    from .tables import gpu_time, load_measurements
+
+    rows, docs, stale = load_measurements(study, Path(results), allow_stale=True)
+    stale_by_label = {s["cell"]: s["keys"] for s in stale}
+    per_step: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATES, 0))
+    failed, stale_list, wall_by_model = [], [], defaultdict(list)
+    for r in rows:
+        label = f"{r['model']}/{r['workload']}/{r['config']}/r{r['repeat']}"
+        if r["status"] == "ok":
+            wall_by_model[r["model"]].append(r["job_wall_s"])
+            state = "stale" if label in stale_by_label else "done"
+            if state == "stale":
+                stale_list.append({"measurement": label, "differing": stale_by_label[label]})
+        elif r["status"] == "failed":
+            state = "failed"
+            failed.append({"measurement": label, "error": r["error"]})
+        else:
+            state = "left"
+        per_step[(r["model"], r["config"])][state] += 1
+    counts = {s: sum(c[s] for c in per_step.values()) for s in STATES}
+    spent = gpu_time(study, rows, docs)
+    all_walls = [w for ws in wall_by_model.values() for w in ws]
+    run_mean = sum(all_walls) / len(all_walls) if all_walls else None
+    to_go_s: float | None = 0.0
+    for (model, _), c in per_step.items():
+        todo = c["left"] + c["failed"] + c["stale"]
+        if not todo:
+            continue
+        walls = wall_by_model.get(model)
+        mean = sum(walls) / len(walls) if walls else run_mean
+        to_go_s = None if mean is None or to_go_s is None else to_go_s + todo * mean
+    return {
+        "run": study.run,
+        "measurements": len(rows),
+        "cells": len(study.cells),
+        "repeats": study.repeats,
+        **counts,
+        "gpu_time_spent_s": spent["total_s"],
+        "engine_starts": spent["engine_starts"],
+        "mean_job_s": round(run_mean, 3) if run_mean is not None else None,
+        "to_go_s": round(to_go_s, 3) if to_go_s is not None else None,
+        "steps": [
+            {"model": m, "config": c, **per_step[(m, c)]}
+            for m in study.models
+            for c in study.ladder
+            if (m, c) in per_step
+        ],
+        "failed_measurements": failed,
+        "stale_measurements": stale_list,
+    }
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def render(doc: dict[str, Any], limit: int = 10) -> str:
+    """The progress as text for a terminal."""
+    todo = doc["left"] + doc["failed"] + doc["stale"]
+    lines = [
+        f"run {doc['run']}: {doc['measurements']} measurements ({doc['cells']} cells x {doc['repeats']} repeats)",
+        f"  done {doc['done']}, failed {doc['failed']}, stale {doc['stale']}, left {doc['left']}",
+        f"  GPU time spent {_dur(doc['gpu_time_spent_s'])} ({doc['gpu_time_spent_s']:.1f} s engine-holding over "
+        f"{doc['engine_starts']} engine start(s))",
+    ]
+    if not todo:
+        lines.append("  nothing to go")
+    elif doc["to_go_s"] is None:
+        lines.append(f"  to go: {todo} measurements, time unknown (nothing measured yet)")
+    else:
+        lines.append(
+            f"  to go: {todo} measurements (left, failed and stale), about {_dur(doc['to_go_s'])} "
+            f"at the mean job time so far ({doc['mean_job_s']:.1f} s over the run, per model where known)"
+        )
+    width = max([len("model")] + [len(s["model"]) for s in doc["steps"]])
+    cwidth = max([len("config")] + [len(s["config"]) for s in doc["steps"]])
+    lines += ["", f"{'model':<{width}}  {'config':<{cwidth}}  " + "  ".join(f"{s:>6}" for s in STATES)]
+    for s in doc["steps"]:
+        lines.append(f"{s['model']:<{width}}  {s['config']:<{cwidth}}  " + "  ".join(f"{s[k]:>6}" for k in STATES))
+    for title, key, what in (("failed", "failed_measurements", "error"), ("stale", "stale_measurements", "differing")):
+        items = doc[key]
+        if items:
+            lines += ["", f"{title}:"]
+            for item in items[:limit]:
+                detail = item[what] if isinstance(item[what], str) else ", ".join(item[what][:6])
+                lines.append(f"  {item['measurement']}: {detail}")
+            if len(items) > limit:
+                lines.append(f"  ... and {len(items) - limit} more")
+    if doc["stale"]:
+        lines += [
+            "",
+            "Snakemake leaves stale measurements as they are under --rerun-triggers mtime (the profiles' "
+            "setting): rerun one with `snakemake <its path> --force`, or build the tables with --allow-stale",
+        ]
+    return "\n".join(lines)
+
+
+def main(study: Study, results: Path, as_json: bool = False) -> int:
+    doc = progress(study, results)
+    print(json.dumps(doc, indent=2, sort_keys=True) if as_json else render(doc))
+    return 0
