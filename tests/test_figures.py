@@ -153,47 +153,7 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
         row |= {"baseline": study.baseline, "n": c["n"], "n_baseline": base["n"], "status": "missing"}
         if c["n"] and base["n"]:
             a, b = series[key], series[bkey]
-            spd, lo, hi = stats.ratio_ci(a["output_tok_s"], b["output_tok_s"])
-            r_, r_lo, r_hi = stats.ratio_ci(a["step_time_ms"], b["step_time_ms"])
-            rd, rd_lo, rd_hi = stats.ratio_ci(a["decode_step_time_ms"], b["decode_step_time_ms"])
-            t, t_lo, t_hi = stats.ratio_ci(a["tokens_per_step"], b["tokens_per_step"])
-            row |= {
-                "status": "ok",
-                "speedup": spd,
-                "speedup_lo": lo,
-                "speedup_hi": hi,
-                "verdict": stats.verdict(spd, lo, hi),
-                "gain_pct": 100 * (spd - 1),
-                "K": c["K_median"],
-                "K_lo": c["K_lo"],
-                "K_hi": c["K_hi"],
-                "alpha": c["alpha_median"],
-                "R": r_,
-                "R_lo": r_lo,
-                "R_hi": r_hi,
-                "R_decode": rd,
-                "R_decode_lo": rd_lo,
-                "R_decode_hi": rd_hi,
-                "T": t,
-                "T_lo": t_lo,
-                "T_hi": t_hi,
-                "output_tok_s": c["output_tok_s_median"],
-                "baseline_output_tok_s": base["output_tok_s_median"],
-                "tokens_per_step": c["tokens_per_step_median"],
-                "baseline_tokens_per_step": base["tokens_per_step_median"],
-                "gen_wall_s": c["gen_wall_s_median"],
-                "baseline_gen_wall_s": base["gen_wall_s_median"],
-                "gpu_util_mean": c["gpu_util_mean_median"],
-                "baseline_gpu_util_mean": base["gpu_util_mean_median"],
-                "async_scheduling": c["async_scheduling"],
-                "baseline_async_scheduling": base["async_scheduling"],
-                "model_runner": c["model_runner"],
-                "baseline_model_runner": base["model_runner"],
-                "cudagraph_mode_effective": c["cudagraph_mode_effective"],
-                "baseline_cudagraph_mode_effective": base["cudagraph_mode_effective"],
-                "prompts": c["prompts"],
-                "prompts_match_baseline": c["prompts_match_baseline_min"],
-            }
+            row |= {"status": "ok"} | tables.compare_cells(c, base, a, b)
         sp.append(row)
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(tables._table(crow, tables.CELL_COLUMNS, meta), out / "cells.parquet")

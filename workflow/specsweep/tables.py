@@ -471,54 +471,60 @@ def speedup_rows(
                     f"cell {mk}/{wk}/{ck}: not comparable with its baseline cell ({study.baseline}), measured under "
                     f"different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)"
                 )
-        sp, lo, hi = stats.ratio_ci(series(mk, wk, ck, "output_tok_s"), series(mk, wk, study.baseline, "output_tok_s"))
-        r_, r_lo, r_hi = stats.ratio_ci(
-            series(mk, wk, ck, "step_time_ms"), series(mk, wk, study.baseline, "step_time_ms")
+        metrics = ("output_tok_s", "step_time_ms", "decode_step_time_ms", "tokens_per_step")
+        row |= {"status": "ok" if c["status"] == "ok" and base["status"] == "ok" else "partial"}
+        row |= compare_cells(
+            c,
+            base,
+            {m: series(mk, wk, ck, m) for m in metrics},
+            {m: series(mk, wk, study.baseline, m) for m in metrics},
         )
-        rd, rd_lo, rd_hi = stats.ratio_ci(
-            series(mk, wk, ck, "decode_step_time_ms"), series(mk, wk, study.baseline, "decode_step_time_ms")
-        )
-        t, t_lo, t_hi = stats.ratio_ci(
-            series(mk, wk, ck, "tokens_per_step"), series(mk, wk, study.baseline, "tokens_per_step")
-        )
-        row |= {
-            "status": "ok" if c["status"] == "ok" and base["status"] == "ok" else "partial",
-            "speedup": sp,
-            "speedup_lo": lo,
-            "speedup_hi": hi,
-            "verdict": stats.verdict(sp, lo, hi),
-            "gain_pct": 100.0 * (sp - 1.0) if sp is not None else None,
-            "K": c["K_median"],
-            "K_lo": c["K_lo"],
-            "K_hi": c["K_hi"],
-            "alpha": c["alpha_median"],
-            "R": r_,
-            "R_lo": r_lo,
-            "R_hi": r_hi,
-            "R_decode": rd,
-            "R_decode_lo": rd_lo,
-            "R_decode_hi": rd_hi,
-            "T": t,
-            "T_lo": t_lo,
-            "T_hi": t_hi,
-            "output_tok_s": c["output_tok_s_median"],
-            "baseline_output_tok_s": base["output_tok_s_median"],
-            "tokens_per_step": c["tokens_per_step_median"],
-            "baseline_tokens_per_step": base["tokens_per_step_median"],
-            "gen_wall_s": c["gen_wall_s_median"],
-            "baseline_gen_wall_s": base["gen_wall_s_median"],
-            "gpu_util_mean": c["gpu_util_mean_median"],
-            "baseline_gpu_util_mean": base["gpu_util_mean_median"],
-            "async_scheduling": c["async_scheduling"],
-            "baseline_async_scheduling": base["async_scheduling"],
-            "model_runner": c["model_runner"],
-            "baseline_model_runner": base["model_runner"],
-            "cudagraph_mode_effective": c["cudagraph_mode_effective"],
-            "baseline_cudagraph_mode_effective": base["cudagraph_mode_effective"],
-            "prompts": c["prompts"],
-            "prompts_match_baseline": c["prompts_match_baseline_min"],
-        }
         out.append(row)
+    return out
+
+
+def compare_cells(
+    c: dict[str, Any], base: dict[str, Any], mine: dict[str, list[Any]], theirs: dict[str, list[Any]]
+) -> dict[str, Any]:
+    """The speedup row's numbers of cell row `c` against its baseline row `base`, from the repeats' values of
+    output_tok_s, step_time_ms, decode_step_time_ms and tokens_per_step on each side: the ratios of medians
+    with their bootstrap intervals, the verdict, and the settings of both sides."""
+    sp, lo, hi = stats.ratio_ci(mine["output_tok_s"], theirs["output_tok_s"])
+    r_, r_lo, r_hi = stats.ratio_ci(mine["step_time_ms"], theirs["step_time_ms"])
+    rd, rd_lo, rd_hi = stats.ratio_ci(mine["decode_step_time_ms"], theirs["decode_step_time_ms"])
+    t, t_lo, t_hi = stats.ratio_ci(mine["tokens_per_step"], theirs["tokens_per_step"])
+    out = {
+        "speedup": sp,
+        "speedup_lo": lo,
+        "speedup_hi": hi,
+        "verdict": stats.verdict(sp, lo, hi),
+        "gain_pct": 100.0 * (sp - 1.0) if sp is not None else None,
+        "K": c["K_median"],
+        "K_lo": c["K_lo"],
+        "K_hi": c["K_hi"],
+        "alpha": c["alpha_median"],
+        "R": r_,
+        "R_lo": r_lo,
+        "R_hi": r_hi,
+        "R_decode": rd,
+        "R_decode_lo": rd_lo,
+        "R_decode_hi": rd_hi,
+        "T": t,
+        "T_lo": t_lo,
+        "T_hi": t_hi,
+        "prompts": c["prompts"],
+        "prompts_match_baseline": c["prompts_match_baseline_min"],
+    }
+    for name, col in (
+        ("output_tok_s", "output_tok_s_median"),
+        ("tokens_per_step", "tokens_per_step_median"),
+        ("gen_wall_s", "gen_wall_s_median"),
+        ("gpu_util_mean", "gpu_util_mean_median"),
+        ("async_scheduling", "async_scheduling"),
+        ("model_runner", "model_runner"),
+        ("cudagraph_mode_effective", "cudagraph_mode_effective"),
+    ):
+        out[name], out[f"baseline_{name}"] = c[col], base[col]
     return out
 
 
