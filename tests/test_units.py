@@ -1,0 +1,170 @@
+"""Fast unit tests of the pure functions, on inputs with known answers (no vLLM, no Snakemake)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import ROOT
+from specsweep import claims, metrics, paths, stats, tables
+from specsweep.config import build_study
+from specsweep.errors import SpecsweepError
+
+# ------------------------------------------------------------------------------------------------ stats
+
+
+def test_median_and_cv_known_answers():
+    assert stats.median([3.0, 1.0, 2.0]) == 2.0
+    assert stats.median([1.0, None, 3.0]) == 2.0  # None is not a value
+    assert stats.median([]) is None
+    assert stats.cv([10.0]) is None  # one value has no spread
+    assert stats.cv([9.0, 11.0]) == pytest.approx(np.std([9, 11], ddof=1) / 10.0)
+
+
+def test_bootstrap_interval_of_the_median():
+    assert stats.bootstrap_ci([5.0]) == (None, None)
+    assert stats.bootstrap_ci([4.0, 4.0, 4.0]) == (4.0, 4.0)  # no spread, no width
+    lo, hi = stats.bootstrap_ci([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert 1.0 <= lo <= stats.median([1.0, 2.0, 3.0, 4.0, 100.0]) <= hi <= 100.0
+    assert stats.bootstrap_ci([1.0, 2.0, 3.0]) == stats.bootstrap_ci([1.0, 2.0, 3.0])  # seeded: repeatable
+
+
+def test_ratio_of_medians_and_verdicts():
+    same = [10.0, 11.0, 9.0]
+    point, lo, hi = stats.ratio_ci(same, same)
+    assert point == 1.0 and lo < 1.0 < hi
+    assert stats.verdict(point, lo, hi) == "within noise"
+    point, lo, hi = stats.ratio_ci([20.0, 21.0, 19.0], same)
+    assert point == pytest.approx(2.0) and lo > 1.0 and stats.verdict(point, lo, hi) == "faster"
+    point, lo, hi = stats.ratio_ci([5.0, 5.5, 4.5], same)
+    assert hi < 1.0 and stats.verdict(point, lo, hi) == "slower"
+    assert stats.ratio_ci([2.0], [1.0]) == (2.0, None, None)
+    assert stats.verdict(2.0, None, None) == "undecided (n<2)"
+    assert stats.verdict(None, None, None) == "missing"
+    assert stats.geomean([1.0, 4.0]) == pytest.approx(2.0)
+
+
+# ------------------------------------------------------------------------------------------------ paths
+
+
+def test_paths_round_trip_and_refusals():
+    key = paths.Key("paper", "qwen2.5-7b-instruct", "mix-ch", "trident", 3)
+    path = paths.measurement("results", key)
+    assert str(path) == "results/paper/cells/qwen2.5-7b-instruct/mix-ch/trident/r3.json"
+    assert paths.parse(path) == (paths.Path("results"), key)
+    assert "failures" in str(paths.failure("results", key)) and "archive" in str(paths.archive_dir("results", key))
+    for bad in ("results/paper/cells/m/w/c.json", "results/paper/cells/m/w/c/r0.json", "r1.json"):
+        with pytest.raises(SpecsweepError, match="expected .../{run}/cells/"):
+            paths.parse(bad)
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+
+KINDS = {k: type(k, (SimpleNamespace,), {}) for k in ("Counter", "Vector", "Histogram")}  # vLLM's metric types
+
+
+def _m(kind: str, name: str, **kw):
+    return KINDS[kind](name=name, **kw)
+
+
+def test_metric_deltas_k_and_alpha():
+    def snap(drafts, dtok, acc, pos, steps):
+        return metrics.snapshot(
+            [
+                _m("Counter", "vllm:spec_decode_num_drafts", value=drafts),
+                _m("Counter", "vllm:spec_decode_num_draft_tokens", value=dtok),
+                _m("Counter", "vllm:spec_decode_num_accepted_tokens", value=acc),
+                _m("Vector", "vllm:spec_decode_num_accepted_tokens_per_pos", values=pos),
+                _m("Histogram", "vllm:iteration_tokens_total", count=steps, sum=10.0 * steps),
+            ]
+        )
+
+    d = metrics.delta(snap(10, 70, 20, [10, 6, 4], 5), snap(30, 210, 60, [30, 18, 12], 25))
+    assert d["steps"] == 20 and d["per_pos"] == [20, 12, 8]
+    s = metrics.spec_summary(d)
+    assert s["drafts"] == 20 and s["accepted"] == 40 and s["draft_tokens"] == 140
+    assert s["K"] == pytest.approx(1 + 40 / 20) and s["alpha"] == pytest.approx(40 / 140)
+
+
+# ------------------------------------------------------------------------------------------------ claims
+
+
+def _study(**over):
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    cfg.update(over)
+    return build_study(cfg)
+
+
+def _sp(model_b: float, config: str, method: str, verdict: str, speedup: float, **kw) -> dict:
+    row = dict.fromkeys((n for n, _ in tables.SPEEDUP_COLUMNS), None)
+    lo, hi = {
+        "faster": (speedup * 0.9, speedup * 1.1),
+        "slower": (speedup * 0.9, speedup * 1.05),
+        "within noise": (0.9, 1.1),
+    }[verdict]
+    row |= {
+        "model": f"m{model_b}",
+        "model_params_b": model_b,
+        "workload": "code",
+        "config": config,
+        "method": method,
+        "status": "ok",
+        "speedup": speedup,
+        "speedup_lo": lo,
+        "speedup_hi": hi,
+        "verdict": verdict,
+    } | kw
+    return row
+
+
+def test_claims_c1_and_c8_follow_the_verdicts():
+    study = _study()
+    small_faster = [_sp(0.5, "ngram", "ngram", "faster", 1.3)]
+    assert claims.decide(study, [], small_faster, [])[0]["verdict"] == "refuted"
+    small_slower = [_sp(0.5, "ngram", "ngram", "slower", 0.7), _sp(0.5, "suffix", "suffix", "slower", 0.8)]
+    assert claims.decide(study, [], small_slower, [])[0]["verdict"] == "confirmed"
+    noisy = [_sp(0.5, "ngram", "ngram", "slower", 0.7), _sp(0.5, "suffix", "suffix", "within noise", 1.0)]
+    assert claims.decide(study, [], noisy, [])[0]["verdict"] == "undecided"
+    big = [_sp(70.0, "trident", "suffix", "faster", 1.4)]
+    by_id = {c["id"]: c for c in claims.decide(study, [], big, [])}
+    assert by_id["C8"]["verdict"] == "confirmed" and by_id["C1"]["verdict"] == "not covered by this run"
+    assert by_id["C2"]["verdict"] == "not covered by this run"
+
+
+def test_k_predictions_known_answer():
+    # p1 = 6/10, g = 40/10 = 4: linear 1 + 0.6 * 4 = 3.4; Leviathan (1 - 0.6^5) / 0.4
+    row = {"drafts": 10, "draft_tokens": 40, "accepted_per_pos": [6, 3, 1], "K_median": 2.0}
+    p = claims.k_predictions(row)
+    assert p["K_linear"] == pytest.approx(3.4)
+    assert p["K_leviathan"] == pytest.approx((1 - 0.6**5) / 0.4)
+    assert p["conditional_acceptance"] == pytest.approx([0.6, 0.5, 1 / 3])
+    assert claims.k_predictions({"drafts": 0, "draft_tokens": 0, "accepted_per_pos": [], "K_median": None}) is None
+
+
+# ------------------------------------------------------------------------------------------------ tables
+
+
+def test_stale_keys_and_levers():
+    doc = {"settings": {"engine": {"max_num_seqs": 16, "seed": 0}, "sampling": {"temperature": 0.0}}}
+    cur = {"engine": {"max_num_seqs": 4, "seed": 0}, "sampling": {"temperature": 0.0}, "env": {}}
+    assert tables.stale_keys(doc, cur) == ["engine.max_num_seqs", "env"]
+    step = {"settings": {"ladder": {"engine": {"async_scheduling": False}, "env": {"VLLM_USE_V2_MODEL_RUNNER": "0"}}}}
+    assert tables._levers(step) == ({"async_scheduling"}, {"VLLM_USE_V2_MODEL_RUNNER"})
+
+
+def test_schedule_keeps_engines_adjacent_and_interleaves():
+    study = _study(repeats=2)
+    order = study.schedule()
+    assert len(order) == len(study.cells) * 2
+    engines = [(c.model, c.config, r) for c, r in order]
+    seen: list = []
+    for e in engines:  # each engine's cells are one contiguous run
+        if not seen or seen[-1] != e:
+            assert e not in seen
+            seen.append(e)
+    first = {r: next(c.config for c, rr in order if rr == r) for r in (1, 2)}
+    assert first[1] != first[2]
