@@ -17,7 +17,7 @@ from conftest import ROOT
 from specsweep import architectures as arch
 from specsweep.config import Cell, build_study, load_study
 from specsweep.errors import SpecsweepError
-from specsweep.runner import engine_kwargs, resolve_model
+from specsweep.engine import engine_kwargs, resolve_model
 from specsweep.tables import differing
 
 ARCH_DIR = ROOT / "config" / "architectures"
