@@ -303,7 +303,7 @@ def test_tables_never_pair_dummy_with_real_weights():
                 "harness": "specsweep",
             },
             "effective": {"dtype": "bfloat16", "kv_cache_dtype": "fp8"},
-            "settings": {"sampling": {}, "engine": {}, "env": {}, "model": {"weights": weights}},
+            "settings": {"sampling": {}, "engine": {}, "env": {}, "ladder": {}, "model": {"weights": weights}},
             "dataset": {"content_sha256": "d"},
             "model_info": {"source": "/r/resources/models/m", "prompt_format": "chat"},
         }

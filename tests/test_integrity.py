@@ -1052,14 +1052,15 @@ def test_workload_file_for_other_settings():
     doc = {
         "spec": {k: v for k, v in vars(spec).items() if k != "parts"} | {"parts": {}},
         "seed": 0,
-        "prompts": [{}] * 8,
+        "prompts": [{}] * spec.num_prompts,
         "warmup": [{}],
     }
     check_workload_current(doc, spec, "workload file w.json", seed=0, warmup=1)
     doc["spec"]["num_prompts"] = 2
     assert (
         refused(check_workload_current, doc, spec, "workload file w.json", seed=0, warmup=1)
-        == "workload file w.json: made for other settings than the config's (num_prompts 2 -> 8); regenerate it"
+        == f"workload file w.json: made for other settings than the config's (num_prompts 2 -> {spec.num_prompts}); "
+        "regenerate it"
     )
 
 
