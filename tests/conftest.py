@@ -57,6 +57,7 @@ def tiny_config(smoke: dict, sonnet: Path, run: str = "tiny") -> dict:
     cfg["run"] = run
     cfg["sonnet_path"] = str(sonnet)
     cfg["repeats"] = 2
+    cfg["prefill_probe"] = True  # the GPU profiles' probe path (R over decode steps), exercised on CPU here
     cfg["workloads"] = {
         "code": {"kind": "code", "num_prompts": 6, "max_tokens": 32, "functions": 2, "comment_lines": 3},
         "sonnet": {"kind": "sonnet", "num_prompts": 6, "max_tokens": 32, "lines": 16},
