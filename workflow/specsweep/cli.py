@@ -190,7 +190,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
         raise SpecsweepError(f"cell path {out}: exists; pass --force to replace it with the archived measurement")
     doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.config))
     atomic_write_json(out, doc)
-    print(f"restored {out} from {arch[-1]}")
+    print(
+        f"restored {out} from {arch[-1]}; if Snakemake marked it incomplete (an interrupted job), tell it the "
+        f"file is complete again: snakemake --cleanup-metadata {out}"
+    )
     return 0
 
 
