@@ -16,8 +16,8 @@ import yaml
 from conftest import ROOT
 from specsweep import architectures as arch
 from specsweep.config import Cell, build_study, load_study
-from specsweep.errors import SpecsweepError
 from specsweep.engine import engine_kwargs, resolve_model
+from specsweep.errors import SpecsweepError
 from specsweep.tables import differing
 
 ARCH_DIR = ROOT / "config" / "architectures"

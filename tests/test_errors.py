@@ -4,7 +4,6 @@ no traceback, and nothing half-written left behind."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,6 @@ import pytest
 import yaml
 
 from conftest import ROOT, snakemake, tiny_config
-from specsweep import workloads
 from specsweep.config import build_study
 
 MODEL = "smollm2-135m-instruct"
@@ -39,12 +37,19 @@ def setup(tmp_path, smoke_cfg, sonnet):
     cfg_path = tmp_path / "err.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     wl = tmp_path / "results/err/workloads/code.json"
-    assert cli("workload", "--config", str(cfg_path), "--name", "code", "--corpus", str(sonnet), "--out", str(wl)).returncode == 0
+    assert (
+        cli(
+            "workload", "--config", str(cfg_path), "--name", "code", "--corpus", str(sonnet), "--out", str(wl)
+        ).returncode
+        == 0
+    )
     return {"tmp": tmp_path, "cfg": cfg_path, "wl": wl, "study": build_study(cfg)}
 
 
 def test_config_file_missing(tmp_path):
-    assert_one_line(cli("cells", "--config", str(tmp_path / "nope.yaml")), f"config {tmp_path / 'nope.yaml'}: file not found")
+    assert_one_line(
+        cli("cells", "--config", str(tmp_path / "nope.yaml")), f"config {tmp_path / 'nope.yaml'}: file not found"
+    )
 
 
 def test_config_not_yaml(tmp_path):
@@ -58,7 +63,9 @@ def test_config_bad_value_via_cli(tmp_path):
     cfg["ladder"]["trident"]["gpu_memory_utilization"] = 1.2
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    assert_one_line(cli("cells", "--config", str(path)), "ladder.trident.gpu_memory_utilization: must be in (0, 1], got 1.2")
+    assert_one_line(
+        cli("cells", "--config", str(path)), "ladder.trident.gpu_memory_utilization: must be in (0, 1], got 1.2"
+    )
 
 
 def test_config_bad_value_via_snakemake(tmp_path):
@@ -68,7 +75,10 @@ def test_config_bad_value_via_snakemake(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     proc = snakemake(tmp_path, "-n", "--configfile", str(path), "--cores", "1", check=False)
     assert proc.returncode != 0
-    assert "specsweep: error: config: ladder.ngram.speculative: prompt_lookup_min (9) > prompt_lookup_max (5)" in proc.stderr
+    assert (
+        "specsweep: error: config: ladder.ngram.speculative: prompt_lookup_min (9) > prompt_lookup_max (5)"
+        in proc.stderr
+    )
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.glob("results/*/cells"))
 
@@ -76,8 +86,10 @@ def test_config_bad_value_via_snakemake(tmp_path):
 def test_corpus_missing(setup):
     missing = setup["tmp"] / "no-sonnet.txt"
     out = setup["tmp"] / "c.txt"
-    assert_one_line(cli("corpus", "--config", str(setup["cfg"]), "--set", f"sonnet_path={missing}", "--out", str(out)),
-                    f"corpus {missing}: file not found")
+    assert_one_line(
+        cli("corpus", "--config", str(setup["cfg"]), "--set", f"sonnet_path={missing}", "--out", str(out)),
+        f"corpus {missing}: file not found",
+    )
     assert not out.exists()
 
 
@@ -85,19 +97,33 @@ def test_corpus_checksum(setup, sonnet):
     bad = setup["tmp"] / "sonnet-edited.txt"
     bad.write_text(sonnet.read_text() + "An extra line.\n")
     out = setup["tmp"] / "c.txt"
-    assert_one_line(cli("corpus", "--config", str(setup["cfg"]), "--set", f"sonnet_path={bad}", "--out", str(out)),
-                    f"corpus {bad}: sha256", "expected d58663195ba6")
+    assert_one_line(
+        cli("corpus", "--config", str(setup["cfg"]), "--set", f"sonnet_path={bad}", "--out", str(out)),
+        f"corpus {bad}: sha256",
+        "expected d58663195ba6",
+    )
     assert not out.exists()
 
 
 def _run_cell(setup, out: Path, model_path: str, wl: Path | None = None):
-    return cli("run-cell", "--config", str(setup["cfg"]), "--workload-file", str(wl or setup["wl"]),
-               "--out", str(out), "--model-path", model_path)
+    return cli(
+        "run-cell",
+        "--config",
+        str(setup["cfg"]),
+        "--workload-file",
+        str(wl or setup["wl"]),
+        "--out",
+        str(out),
+        "--model-path",
+        model_path,
+    )
 
 
 def test_model_path_missing(setup):
     out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla/r1.json"
-    assert_one_line(_run_cell(setup, out, str(setup["tmp"] / "no-model")), f"model path {setup['tmp'] / 'no-model'}: does not exist")
+    assert_one_line(
+        _run_cell(setup, out, str(setup["tmp"] / "no-model")), f"model path {setup['tmp'] / 'no-model'}: does not exist"
+    )
     assert not out.exists()
     failure = json.loads((setup["tmp"] / f"results/err/failures/{MODEL}/code/vanilla/r1.json").read_text())
     assert failure["error_type"] == "SpecsweepError" and "does not exist" in failure["message"]
@@ -206,7 +232,9 @@ def test_failed_cell_is_listed_by_the_tables(setup):
     out = setup["tmp"] / f"results/err/cells/{MODEL}/code/suffix/r1.json"
     assert_one_line(_run_cell(setup, out, str(setup["tmp"] / "gone")), "does not exist")
     tables_dir = setup["tmp"] / "tables"
-    proc = cli("tables", "--config", str(setup["cfg"]), "--results", str(setup["tmp"] / "results"), "--out", str(tables_dir))
+    proc = cli(
+        "tables", "--config", str(setup["cfg"]), "--results", str(setup["tmp"] / "results"), "--out", str(tables_dir)
+    )
     assert proc.returncode == 0, proc.stderr
     import pyarrow.parquet as pq
 
@@ -239,6 +267,13 @@ def test_unwritable_output_is_one_line(setup, tmp_path):
     same class of OSError) is one line naming the file, not a traceback."""
     blocker = tmp_path / "blocker"
     blocker.write_text("a file, not a folder")
-    proc = cli("tables", "--config", str(setup["cfg"]), "--results", str(setup["tmp"] / "results"),
-               "--out", str(blocker / "tables"))
+    proc = cli(
+        "tables",
+        "--config",
+        str(setup["cfg"]),
+        "--results",
+        str(setup["tmp"] / "results"),
+        "--out",
+        str(blocker / "tables"),
+    )
     assert_one_line(proc, str(blocker))

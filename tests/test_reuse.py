@@ -6,7 +6,6 @@ resets the earlier workload leaks into the drafts: the test would fail."""
 from __future__ import annotations
 
 import gc
-from pathlib import Path
 
 import pytest
 import yaml
@@ -25,8 +24,12 @@ def setup(tmp_path_factory, sonnet, smollm2):
     cfg["run"] = "reuse"
     cfg["workloads"] = {
         "code": {"kind": "code", "num_prompts": 8, "max_tokens": 48, "functions": 2, "comment_lines": 3},
-        "mix-ch": {"kind": "mix", "num_prompts": 8, "max_tokens": 48,
-                   "parts": {"code": 0.7, "sonnet": 0.15, "chat": 0.15}},
+        "mix-ch": {
+            "kind": "mix",
+            "num_prompts": 8,
+            "max_tokens": 48,
+            "parts": {"code": 0.7, "sonnet": 0.15, "chat": 0.15},
+        },
         "sonnet": {"kind": "sonnet", "num_prompts": 8, "max_tokens": 48, "lines": 24},
         "chat": {"kind": "chat", "num_prompts": 8, "max_tokens": 48, "lines": 24},
     }
@@ -45,9 +48,13 @@ def setup(tmp_path_factory, sonnet, smollm2):
 
 def _summary(raw: dict) -> dict:
     d = raw["delta"]["counters"]
-    return {"hashes": [tuple(o.outputs[0].token_ids) for o in raw["outs"]],
-            "drafts": d["vllm:spec_decode_num_drafts"], "accepted": d["vllm:spec_decode_num_accepted_tokens"],
-            "evicted": raw["resets"]["suffix_responses_evicted"], "position": raw["position"]}
+    return {
+        "hashes": [tuple(o.outputs[0].token_ids) for o in raw["outs"]],
+        "drafts": d["vllm:spec_decode_num_drafts"],
+        "accepted": d["vllm:spec_decode_num_accepted_tokens"],
+        "evicted": raw["resets"]["suffix_responses_evicted"],
+        "position": raw["position"],
+    }
 
 
 def _fresh(study, files, model) -> dict:
@@ -81,7 +88,8 @@ def test_reused_engine_measures_like_a_fresh_one(setup, monkeypatch):
     eng.measure(code, files["code"])
     import specsweep.engine as engine_mod
 
-    monkeypatch.setattr(engine_mod, "reset_caches", lambda llm, method: {
-        "done": [], "suffix_responses_evicted": 0, "reset_s": 0.0})
+    monkeypatch.setattr(
+        engine_mod, "reset_caches", lambda llm, method: {"done": [], "suffix_responses_evicted": 0, "reset_s": 0.0}
+    )
     leaked = _summary(eng.measure(mix, files["mix-ch"]))
     assert (leaked["drafts"], leaked["accepted"]) != (fresh[0]["drafts"], fresh[0]["accepted"])
