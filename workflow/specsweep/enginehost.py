@@ -259,6 +259,15 @@ def ensure_host(key: str, argv: list[str], log_path: Path, d: Path) -> dict[str,
         hosts = live_hosts(d)
         if key in hosts:
             rec = hosts[key]
+            # a host still starting its engine (spawned by a job that was killed) has no socket yet: wait for it
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not _sock(d, key).exists() and time.monotonic() < deadline:
+                if not _pid_alive(rec.get("pid")):
+                    raise SpecsweepError(
+                        f"engine {key}: the engine host (pid {rec.get('pid')}) exited before it "
+                        f"was ready: {_last_line(Path(rec.get('log') or d / 'none'))}"
+                    )
+                time.sleep(0.2)
             return {"spawned": False, "spawned_at": rec.get("spawned_at"), "pid": rec["pid"]}
         for other in hosts:
             stop_host(d, other)
