@@ -221,14 +221,19 @@ def cmd_engines(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cell_arg(study: Any, text: str) -> Any:
+    """--cell model/workload/config -> the study's Cell (one-line error otherwise)."""
+    parts = text.split("/")
+    if len(parts) != 3:
+        raise SpecsweepError(f"--cell {text}: expected model/workload/config")
+    return study.cell(*parts)
+
+
 def cmd_harness(args: argparse.Namespace) -> int:
     from .harness import run_harness
 
     study = _study(args)
-    parts = args.cell.split("/")
-    if len(parts) != 3:
-        raise SpecsweepError(f"--cell {args.cell}: expected model/workload/config")
-    cell = study.cell(*parts)
+    cell = _cell_arg(study, args.cell)
     doc = run_harness(study, cell, Path(args.workload_file), Path(args.out), args.model_path)
     print(
         json.dumps(
@@ -242,10 +247,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     from .harness import run_fidelity
 
     study = _study(args)
-    parts = args.cell.split("/")
-    if len(parts) != 3:
-        raise SpecsweepError(f"--cell {args.cell}: expected model/workload/config")
-    cell = study.cell(*parts)
+    cell = _cell_arg(study, args.cell)
     doc = run_fidelity(study, cell, Path(args.workload_file), Path(args.out), args.model_path, args.runs)
     print(
         json.dumps(
