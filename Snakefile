@@ -1,7 +1,8 @@
 # specsweep: vLLM's built-in speculative decoding, measured cell by cell.
 #   snakemake --cores 1 --resources gpu=8                         the paper matrix (config/config.yaml, 156 cells)
 #   snakemake --profile profiles/cpu                              the CPU profile (config/smoke.yaml, 24 cells)
-#   snakemake figures                                             tables + six figures from the cells that exist
+#   snakemake figures                                             tables + figures from the cells that exist
+#   snakemake preflight --configfile config/preflight.yaml        every cell tried on random weights first
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -21,6 +22,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/cells.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/preflight.smk"
 
 
 rule all:

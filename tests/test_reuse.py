@@ -93,3 +93,33 @@ def test_reused_engine_measures_like_a_fresh_one(setup, monkeypatch):
     )
     leaked = _summary(eng.measure(mix, files["mix-ch"]))
     assert (leaked["drafts"], leaked["accepted"]) != (fresh[0]["drafts"], fresh[0]["accepted"])
+
+
+def test_repeats_share_one_engine_when_the_config_says_so(setup, tmp_path, monkeypatch):
+    """engine_per_repeat: false: both repeats of a cell are measured by one engine host, one after the other,
+    with the caches reset between them, so the second repeat drafts exactly what the first did."""
+    from specsweep import enginehost, paths
+    from specsweep.runner import run_cell
+
+    study0, files, model = setup
+    cfg = yaml.safe_load(yaml.safe_dump(study0.raw))
+    cfg |= {"repeats": 2, "engine_per_repeat": False}
+    cfg["groups"] = {"g": {"models": [MODEL], "workloads": ["code"], "configs": ["suffix"]}}
+    cfg_path = tmp_path / "shared.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    study = build_study(cfg)
+    monkeypatch.setenv("SPECSWEEP_ENGINE_DIR", str(tmp_path / "eng"))
+    docs = []
+    try:
+        for r in (1, 2):
+            key = paths.Key(study.run, MODEL, "code", "suffix", r)
+            docs.append(run_cell(study, key, tmp_path / "results", files["code"], model, str(cfg_path)))
+    finally:
+        enginehost.stop_all(enginehost.engine_dir())
+    one, two = docs
+    assert (one["repeat"], two["repeat"]) == (1, 2)
+    assert one["engine"]["key"] == two["engine"]["key"] and one["engine"]["host_pid"] == two["engine"]["host_pid"]
+    assert (one["engine"]["position"], two["engine"]["position"]) == (1, 2)
+    assert two["engine"]["resets"]["suffix_responses_evicted"] > 0  # repeat 1's responses were evicted
+    assert one["outputs"] == two["outputs"] and one["spec"]["drafts"] == two["spec"]["drafts"]
+    assert (tmp_path / "results" / study.run / "cells" / MODEL / "code" / "suffix" / "r2.json").is_file()

@@ -168,3 +168,36 @@ def test_schedule_keeps_engines_adjacent_and_interleaves():
             seen.append(e)
     first = {r: next(c.config for c, rr in order if rr == r) for r in (1, 2)}
     assert first[1] != first[2]
+
+
+def test_shared_engine_repeats_and_per_workload_temperature():
+    """engine_per_repeat: false puts every repeat of a (model, ladder step) on one engine, back to back; a
+    workload's temperature overrides the study's for its cells only, and enters their settings hash."""
+    from specsweep.engine import engine_identity, engine_key
+    from specsweep.jsonio import sha256_obj
+
+    study = build_study(yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text()))
+    order = study.schedule()
+    assert len(order) == len(study.cells) * study.repeats == 72
+    keys = [engine_key(engine_identity(study, c, "/m", r)) for c, r in order]
+    runs = [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k]
+    assert len(runs) == len(set(runs)) == 12  # 4 models x 3 ladder steps, each engine one contiguous run
+    assert [r for c, r in order[:6]] == [1, 1, 2, 2, 3, 3]
+    t1, greedy = (study.cell("qwen2.5-7b-instruct", w, "ngram") for w in ("code-t1", "code-greedy"))
+    assert study.cell_sampling(t1)["temperature"] == 1.0 and study.cell_sampling(greedy)["temperature"] == 0.0
+    assert study.cell_settings(greedy)["sampling"]["ignore_eos"] is True
+    assert sha256_obj(study.cell_settings(t1)) != sha256_obj(study.cell_settings(greedy))
+    # the default: one engine per repeat
+    smoke = _study(repeats=2)
+    c = smoke.cells[0]
+    assert engine_key(engine_identity(smoke, c, "/m", 1)) != engine_key(engine_identity(smoke, c, "/m", 2))
+
+
+def test_model_max_model_len_overrides_the_engine():
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    cfg["models"][0]["max_model_len"] = 2048
+    study = build_study(cfg)
+    assert study.cell_settings(study.cells[0])["engine"]["max_model_len"] == 2048
+    cfg["models"][0]["max_model_len"] = 0
+    with pytest.raises(SpecsweepError, match="max_model_len"):
+        build_study(cfg)

@@ -42,9 +42,21 @@ def _granted_gpus() -> int | None:
 
 # specsweep's own check first (schema + semantics), so a bad config gives one line naming the key; then
 # Snakemake's validation against the same schema, which fills the defaults into `config` itself.
+def _preflight_only() -> bool:
+    """`snakemake preflight` (or preflight verdict paths): a cell needing more GPUs than granted is recorded
+    as refused there, not an error of the whole workflow."""
+    # the DAG settings are not there yet while the Snakefile is parsed: read the targets off the command line
+    settings = workflow.dag_settings
+    words = list(settings.targets) if settings else sys.argv[1:]
+    return any(
+        w == "preflight" or "/preflight/" in w.replace(os.sep, "/") for w in words
+    )
+
+
 try:
     STUDY = build_study(copy.deepcopy(config))
-    check_gpu_budget(STUDY, _granted_gpus())
+    if not _preflight_only():
+        check_gpu_budget(STUDY, _granted_gpus())
 except SpecsweepError as exc:
     sys.exit(f"specsweep: error: {exc}")
 validate(config, schema="../schemas/config.schema.yaml")
@@ -112,6 +124,23 @@ def cell_paths() -> list[str]:
     ]
 
 
+def preflight_paths() -> list[str]:
+    return [
+        f"results/{RUN}/preflight/{c.model}/{c.workload}/{c.config}.json"
+        for c, r in SCHEDULE
+        if r == 1
+    ]
+
+
+def preflight_priority(wildcards) -> int:
+    """The schedule's order, but cells needing more GPUs than granted first: their verdict (refused) costs
+    no engine start, so a preflight cut short by its time limit still has them."""
+    granted = _granted_gpus()
+    if granted is not None and STUDY.models[wildcards.model].tp > granted:
+        return FIRST - 1
+    return PRIORITY.get((wildcards.model, wildcards.workload, wildcards.config, 1), 0)
+
+
 def cell_priority(wildcards) -> int:
     return PRIORITY.get(
         (
@@ -137,6 +166,16 @@ in_report = report
 
 def table_paths() -> list[str]:
     return [f"results/{RUN}/tables/{name}" for name in table_files()]
+
+
+def k_ref_paths() -> list[str]:
+    """The tables figure 8 takes K from (config predict_k_from), when another run is named."""
+    ref = STUDY.raw.get("predict_k_from")
+    return (
+        [f"results/{ref['run']}/tables/cells.parquet"]
+        if ref and ref["run"] != RUN
+        else []
+    )
 
 
 def reported_table_paths() -> list:

@@ -21,6 +21,7 @@ rule tables:
 rule render_figures:
     input:
         table_paths(),
+        k_ref_paths(),
     output:
         reported_figure_paths(),
     log:

@@ -8,7 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .figures import FIGURES, HEADLINE_CONFIG, K_ALPHA_WORKLOADS, SPEC_METHODS, Tables, Val, size_stats
+from .figures import (
+    ARTICLE_R_BAND,
+    FIGURES,
+    HEADLINE_CONFIG,
+    K_ALPHA_WORKLOADS,
+    SPEC_METHODS,
+    Tables,
+    Val,
+    _r_val,
+    r_at_scale,
+    size_stats,
+)
 from .jsonio import atomic_write_bytes
 
 
@@ -172,6 +183,25 @@ def _fig7(data: Tables, m: str) -> str:
     )
 
 
+def _fig8(data: Tables, _: str) -> str:
+    models, sizes, configs, workloads = r_at_scale(data)
+    if not models or not configs:
+        return "No sized model with an ngram or suffix step in this run: no R at scale."
+    per = []
+    for cfg in configs:
+        for w in workloads:
+            vals = [f"{sizes[m]:g}B {_v(v)}" for m in models if (v := _r_val(data, (m, w, cfg))) is not None]
+            if vals:
+                per.append(f"{cfg} on {w}: " + ", ".join(vals))
+    lo, hi = ARTICLE_R_BAND
+    return (
+        f"R (step time over {data.baseline}'s, decode steps where probed) per model size: "
+        + ("; ".join(per) or "none measured")
+        + f". The article reports R {lo:.2f}–{hi:.2f} for Llama-3.3-70B at TP 8. Right: speedup predicted as "
+        "K of a real model over each size's R (a prediction, not a measurement)."
+    )
+
+
 _CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
     "fig1_headline": _fig1,
     "fig2_r_vs_k_code": _fig2,
@@ -180,6 +210,7 @@ _CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
     "fig5_model_size": _fig5,
     "fig6_gpu_util": _fig6,
     "fig7_k_predicted": _fig7,
+    "fig8_r_at_scale": _fig8,
 }
 
 
@@ -197,9 +228,10 @@ def captions(tables: Path, headline: str, run: str | None = None) -> dict[str, s
     data = Tables.load(Path(tables), run)
     mine = [c for c in data.cells if c[0] == headline]
     device = next((r["device_name"] for r in data.rows_of(mine) if r.get("device_name")), "unknown device")
+    per_engine = "each on its own engine start" if data.engine_per_repeat else "passes on one engine, caches reset"
     foot = (
-        f"\n\nModel **{headline}** on {device}; n = {data.repeats} repeat(s) per cell, each on its own engine "
-        "start: medians with [95 % bootstrap intervals]."
+        f"\n\nModel **{headline}** on {device}; n = {data.repeats} repeat(s) per cell, {per_engine}: "
+        "medians with [95 % bootstrap intervals]."
     )
     missing = [f"{w}/{c}" for (_, w, c) in mine if not data.n((headline, w, c))]
     fewer = [

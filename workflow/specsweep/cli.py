@@ -208,6 +208,31 @@ def cmd_engine_host(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preflight_cell(args: argparse.Namespace) -> int:
+    from . import paths, preflight
+
+    study = _study(args)
+    out = Path(args.out)
+    root, run, model, workload, config = paths.parse_preflight(out)
+    if run != study.run:
+        raise SpecsweepError(f"preflight path {out}: run '{run}' is not the config's run '{study.run}'")
+    cell = study.cell(model, workload, config)
+    record = preflight.preflight_cell(
+        study, cell, root, out, Path(args.workload_file), args.model_path, args.config, args.log, args.watch_pid
+    )
+    print(preflight.dumps(record))
+    return 0
+
+
+def cmd_preflight_report(args: argparse.Namespace) -> int:
+    from . import preflight
+
+    study = _study(args)
+    summary = preflight.report(study, Path(args.results), Path(args.results) / study.run / "preflight")
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
 def cmd_engines(args: argparse.Namespace) -> int:
     from . import enginehost
 
@@ -288,14 +313,15 @@ def cmd_figures(args: argparse.Namespace) -> int:
     import shutil
 
     from .captions import write_captions
-    from .figures import render_all
+    from .figures import load_k_ref, render_all
     from .jsonio import staging_dir, swap_dir
 
     study = _study(args)
     out = Path(args.out)
+    k_ref = load_k_ref(study.raw, Path(args.tables))
     staged = staging_dir(out)
     try:
-        render_all(Path(args.tables), staged, study.raw["headline_model"], study.run)
+        render_all(Path(args.tables), staged, study.raw["headline_model"], study.run, k_ref)
         write_captions(Path(args.tables), study.raw["headline_model"], staged / "captions")
         swap_dir(staged, out)
     except BaseException:
@@ -365,6 +391,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--repeat", type=int, required=True)
     sp.add_argument("--key", required=True)
     sp.add_argument("--model-path")
+    sp = add("preflight-cell", cmd_preflight_cell, "try one cell (repeat 1) and write its preflight verdict")
+    sp.add_argument("--workload-file", required=True)
+    sp.add_argument("--out", required=True, help="results/{run}/preflight/{model}/{workload}/{config}.json")
+    sp.add_argument("--model-path")
+    sp.add_argument("--log")
+    sp.add_argument("--watch-pid", type=int)
+    sp = add("preflight-report", cmd_preflight_report, "the preflight verdicts of a run as one table")
+    sp.add_argument("--results", default="results")
     sp = sub.add_parser("engines", help="list (or --stop) the engine hosts of this working folder")
     sp.add_argument("--stop", action="store_true")
     sp.add_argument("--config", help="ignored (for symmetry with the other subcommands)")

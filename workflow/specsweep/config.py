@@ -40,6 +40,12 @@ class ModelSpec:
     dtype: str | None = None
     weights: str = "real"  # "dummy": random weights of the architecture's shape (vLLM load_format="dummy")
     architecture: str | None = None  # weights: dummy only: config/architectures/<architecture>/config.json
+    max_model_len: int | None = None  # overrides engine.max_model_len (a model with fewer positions)
+
+
+#: Model keys added after cells were first recorded: left out of a cell's settings while unset, so adding
+#: them does not make every earlier cell stale.
+_LATER_MODEL_KEYS = frozenset({"max_model_len"})
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class WorkloadSpec:
     functions: int = 4
     comment_lines: int = 6
     parts: tuple[tuple[str, float], ...] = ()
+    temperature: float | None = None  # overrides sampling.temperature for this workload
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,21 @@ class Study:
         return int(self.raw["repeats"])
 
     @property
+    def engine_per_repeat(self) -> bool:
+        """True (default): every repeat of a (model, ladder step) gets its own engine start. False: the repeats
+        are passes on one engine (reset between passes), for engines too costly to start per repeat."""
+        return bool(self.raw["engine_per_repeat"])
+
+    def engine_repeat(self, repeat: int) -> int:
+        """The repeat that names a cell repeat's engine: its own, or 0 when all repeats share one engine."""
+        return repeat if self.engine_per_repeat else 0
+
+    def cell_sampling(self, cell: Cell) -> dict[str, Any]:
+        """The study's sampling with the workload's own temperature, if it sets one."""
+        temperature = self.workloads[cell.workload].temperature
+        return dict(self.sampling) | ({} if temperature is None else {"temperature": temperature})
+
+    @property
     def baseline(self) -> str:
         """The ladder step every other step is compared with (config key `baseline`)."""
         return self.raw["baseline"]
@@ -125,6 +147,12 @@ class Study:
         for cell in self.cells:
             by_engine.setdefault((cell.model, cell.config), []).append(cell)
         order: list[tuple[Cell, int]] = []
+        if not self.engine_per_repeat:  # one engine per (model, step): its cells' repeats back to back
+            for model in self.models:
+                for step in steps:
+                    for r in range(1, self.repeats + 1):
+                        order += [(cell, r) for cell in by_engine.get((model, step), [])]
+            return order
         for r in range(1, self.repeats + 1):
             k = (r - 1) % len(steps)
             rotated = steps[k:] + steps[:k]
@@ -147,9 +175,11 @@ class Study:
         engine = dict(self.engine)
         if model.dtype:
             engine["dtype"] = model.dtype
+        if model.max_model_len:
+            engine["max_model_len"] = model.max_model_len
         engine |= step.engine or {}
         return {
-            "model": {k: v for k, v in model.__dict__.items()},
+            "model": {k: v for k, v in model.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)},
             "workload": self.raw["workloads"][cell.workload],
             "ladder": {
                 "name": step.name,
@@ -160,7 +190,7 @@ class Study:
                 "env": step.env,
             },
             "engine": engine,
-            "sampling": self.sampling,
+            "sampling": self.cell_sampling(cell),
             "warmup_prompts": self.raw["warmup_prompts"],
             "env": dict(self.raw["env"]) | dict(step.env or {}),
             "seed": self.raw["seed"],

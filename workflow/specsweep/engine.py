@@ -16,7 +16,7 @@ from .architectures import engine_overrides, is_dummy
 from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
 from .jsonio import sha256_obj
-from .telemetry import GpuSampler
+from .telemetry import GpuSampler, memory_snapshot
 
 #: Keys of the engine block that are specsweep's own, not vLLM's.
 NOT_VLLM_KEYS: frozenset[str] = frozenset()
@@ -78,7 +78,7 @@ def engine_identity(study: Study, cell: Cell, model: str, repeat: int) -> dict[s
         "run": study.run,
         "model": cell.model,
         "config": cell.config,
-        "repeat": repeat,
+        "repeat": study.engine_repeat(repeat),
         "kwargs": engine_kwargs(study, cell, model),
         "env": cell_env(study, cell),
     }
@@ -128,6 +128,10 @@ def effective_settings(llm: Any) -> dict[str, Any]:
         "kv_cache_dtype": str(vc.cache_config.cache_dtype),
         "speculative_method": getattr(spec, "method", None) if spec else None,
         "num_speculative_tokens": getattr(spec, "num_speculative_tokens", None) if spec else None,
+        "tensor_parallel_size": int(vc.parallel_config.tensor_parallel_size),
+        "max_model_len": int(vc.model_config.max_model_len),
+        "num_gpu_blocks": getattr(vc.cache_config, "num_gpu_blocks", None),  # the KV cache, as the engine sized it
+        "block_size": getattr(vc.cache_config, "block_size", None),
     }
 
 
@@ -170,6 +174,7 @@ class Engine:
         self.gpu_slots: dict[str, object] = {}
         self.llm: Any = None
         self.model_record: dict[str, Any] | None = None
+        self.memory_after_start: dict[str, Any] | None = None
 
     def start(self) -> None:
         for key, value in self.identity["env"].items():
@@ -189,6 +194,7 @@ class Engine:
         t1 = time.perf_counter()
         self.llm = LLM(**self.identity["kwargs"])
         self.engine_start_s = time.perf_counter() - t1
+        self.memory_after_start = memory_snapshot(self.spec.tp)
 
     def measure(self, cell: Cell, workload_path: Path) -> dict[str, Any]:
         """Reset, warm up, time one pass over the workload; then an untimed prefill probe. Returns raw data."""
@@ -202,7 +208,7 @@ class Engine:
         wl = workloads.load(workload_path)
         if wl["name"] != cell.workload:
             raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
-        llm, sampling = self.llm, self.study.sampling
+        llm, sampling = self.llm, self.study.cell_sampling(cell)
         self.measured += 1
         position = self.measured
         method = self.study.ladder[self.config].method

@@ -252,10 +252,26 @@ def stop_all(d: Path | None = None) -> list[str]:
     return keys
 
 
-def ensure_host(key: str, argv: list[str], log_path: Path, d: Path) -> dict[str, Any]:
+def _failed(d: Path, key: str) -> Path:
+    return d / f"{key}.failed"
+
+
+def ensure_host(key: str, argv: list[str], log_path: Path, d: Path, run_id: int | None = None) -> dict[str, Any]:
     """The running host for `key`, spawned (after stopping any other host) when there is none.
-    Returns {"spawned": bool, "spawned_at": epoch, "pid": int}."""
+    Returns {"spawned": bool, "spawned_at": epoch, "pid": int}.
+
+    An engine whose start failed is not started again by the same workflow run (`run_id`: the scheduler's
+    pid): its other cells fail at once with the same message (a preflight of a cell that cannot start costs
+    one start, not one per workload). A new run tries again."""
     with _manager_lock(d):
+        memo = _failed(d, key)
+        if run_id is not None and memo.is_file():
+            try:
+                rec = json.loads(memo.read_text())
+            except (OSError, ValueError):
+                rec = {}
+            if rec.get("run_id") == run_id:
+                raise SpecsweepError(f"not retried in this run: {rec.get('message')}")
         hosts = live_hosts(d)
         if key in hosts:
             rec = hosts[key]
@@ -288,10 +304,13 @@ def ensure_host(key: str, argv: list[str], log_path: Path, d: Path) -> dict[str,
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 _record(d, key).unlink(missing_ok=True)
-                raise SpecsweepError(
+                message = (
                     f"engine {key}: the engine host exited with code {proc.returncode} before it "
                     f"was ready: {_last_line(log_path)} (log: {log_path})"
                 )
+                if run_id is not None:
+                    memo.write_text(json.dumps({"run_id": run_id, "message": message}))
+                raise SpecsweepError(message)
             if _sock(d, key).exists() and ping(_sock(d, key)):
                 return {"spawned": True, "spawned_at": spawned_at, "pid": proc.pid}
             time.sleep(0.2)
@@ -304,6 +323,9 @@ def _last_line(path: Path) -> str:
         lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return "(no log)"
+    for ln in reversed(lines):  # the host's own one-line error first (see runner.run_engine_host)
+        if ln.startswith("specsweep: error:"):
+            return ln.removeprefix("specsweep: error:").strip()[:400]
     for ln in reversed(lines):
         if "Error" in ln or "error" in ln:
             return ln[:300]

@@ -49,6 +49,7 @@ FIGURES: tuple[str, ...] = (
     "fig5_model_size",
     "fig6_gpu_util",
     "fig7_k_predicted",
+    "fig8_r_at_scale",
 )
 
 WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
@@ -59,6 +60,8 @@ SPEC_METHODS: tuple[str, ...] = ("ngram", "suffix")
 K_ALPHA_WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code")
 SIZE_METHODS: tuple[str, ...] = ("trident", "ngram")
 CONTROLS_GROUP = "controls"
+#: The article's R for Llama-3.3-70B at TP 8 (figure 8's band).
+ARTICLE_R_BAND: tuple[float, float] = (1.25, 1.40)
 
 DPI = 120
 MAX_MISSING_SHOWN = 6
@@ -180,6 +183,7 @@ class Tables:
     repeats: int
     cells: dict[Cell, Row]
     speedup: dict[Cell, Row]
+    engine_per_repeat: bool = True
 
     @classmethod
     def load(cls, tables_dir: Path, run: str) -> Tables:
@@ -201,6 +205,7 @@ class Tables:
             repeats=repeats,
             cells=_index(crows, "cells.parquet"),
             speedup=_index(srows, "speedup.parquet"),
+            engine_per_repeat=meta.get("specsweep.engine_per_repeat", "true") != "false",
         )
 
     # --- structure
@@ -290,12 +295,45 @@ class Tables:
         rows = [r for r in self.rows_of(cells) if r.get("n")] or [r for r in self.cells.values() if r.get("n")]
         fewer = sum(1 for c in cells if 0 < self.n(c) < self.repeats)
         n_text = f"n = {self.repeats} repeat{'s' if self.repeats != 1 else ''} per cell"
+        if not self.engine_per_repeat:
+            n_text += " (passes on one engine)"
         if fewer:
             n_text += f" ({fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)"
         return (
             f"run: {self.run} · {n_text} · bar/marker = median, whisker = 95 % bootstrap interval"
             f" · device: {_distinct(rows, 'device_name')} · vLLM {_distinct(rows, 'vllm_version')}"
         )
+
+
+@dataclass(frozen=True)
+class KRef:
+    """K measured on a real model (another run's cells.parquet): figure 8 predicts speedup = K / R with it."""
+
+    run: str
+    model: str
+    workload: str
+    k: dict[str, Val]  # ladder step -> K (median over repeats, interval)
+
+    @classmethod
+    def load(cls, tables_dir: Path, run: str, model: str, workload: str) -> KRef:
+        data = Tables.load(tables_dir, run)
+        k = {
+            c: v for (m, w, c) in sorted(data.cells) if (m, w) == (model, workload) and (v := data.val((m, w, c), "K"))
+        }
+        return cls(run, model, workload, k)
+
+
+def load_k_ref(raw: dict[str, Any], tables_dir: Path) -> KRef | None:
+    """The config's predict_k_from, read from the named run's tables beside ``tables_dir`` (results/{run}/tables)."""
+    from .errors import SpecsweepError
+
+    ref = raw.get("predict_k_from")
+    if not ref:
+        return None
+    ref_tables = Path(tables_dir).resolve().parent.parent / ref["run"] / "tables"
+    if not (ref_tables / "cells.parquet").is_file():
+        raise SpecsweepError(f"predict_k_from: run '{ref['run']}' has no tables at {ref_tables}")
+    return KRef.load(ref_tables, ref["run"], ref["model"], ref["workload"])
 
 
 @dataclass
@@ -550,6 +588,7 @@ class _Ctx:
     keep: dict[str, Figure] = field(default_factory=dict)  # figures not saved (out_dir None)
     labels: dict[str, list[Any]] = field(default_factory=dict)  # placed label artists per figure
     markers: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)  # display positions
+    k_ref: KRef | None = None  # figure 8's prediction: K measured on a real model in another run
 
     @contextmanager
     def figure(
@@ -1448,6 +1487,107 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
     return needs
 
 
+def r_at_scale(data: Tables) -> tuple[list[str], dict[str, float], list[str], list[str]]:
+    """Figure 8's axes: the sized models (smallest first), their sizes, the speculative ladder steps among
+    ngram and suffix, and the workloads common to every sized model whose name starts with 'code' (all
+    common ones if none does)."""
+    sizes = data.model_sizes()
+    models = [m for m in data.models() if sizes[m] is not None]
+    configs = [c for c in SPEC_METHODS if any(cc == c for (_, _, cc) in data.cells)]
+    per_model = [set(data.workloads(m, canonical_all=False)) for m in models]
+    common = sorted(set.intersection(*per_model)) if per_model else []
+    code = [w for w in common if w.startswith("code")]
+    return models, {m: cast(float, sizes[m]) for m in models}, configs, code or common
+
+
+def _r_val(data: Tables, cell: Cell) -> Val | None:
+    """R over decode steps where the prefill probe ran, else over all steps."""
+    return data.spd(cell, "R_decode") or data.spd(cell, "R")
+
+
+def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
+    data = ctx.data
+    models, sizes, configs, workloads = r_at_scale(data)
+    needs = _Needs.of(data, [(m, w, c) for m in models for w in workloads for c in (data.baseline, *configs)])
+    title = (
+        "R at scale: step time of each drafter over the baseline's, against model size "
+        f"({', '.join(workloads) or 'no workload'}); right: speedup predicted as K / R"
+    )
+    styles = ("-", "--", ":", "-.")
+    with ctx.figure("fig8_r_at_scale", needs, (11.0, 5.2), 2, title, top_extra_in=0.3) as (ax, bx):
+        if not models or not configs:
+            for a in (ax, bx):
+                _message(a, f"no sized model with a speculative step in run {data.run}", color=MISSING_COLOR)
+            needs.notes.append("nothing plotted: no model with model_params_b, or no ngram/suffix step")
+            return needs
+        lo, hi = ARTICLE_R_BAND
+        ax.axhspan(lo, hi, color="#dddddd", zorder=0, label=f"article: R {lo:.2f}–{hi:.2f} (70B, TP 8)")
+        ax.axhline(1.0, color="black", linewidth=0.6)
+        rvals: dict[tuple[str, str, str], Val] = {}
+        for cfg in configs:
+            for wi, w in enumerate(workloads):
+                pts = [(sizes[m], v) for m in models if (v := _r_val(data, (m, w, cfg))) is not None]
+                for m in models:
+                    if (v := _r_val(data, (m, w, cfg))) is not None:
+                        rvals[(m, w, cfg)] = v
+                if not pts:
+                    continue
+                ax.plot(
+                    [x for x, _ in pts],
+                    [v.point for _, v in pts],
+                    styles[wi % len(styles)],
+                    marker="o",
+                    color=COLORS.get(cfg, "#333333"),
+                    label=f"{cfg} · {w}",
+                )
+                for x, v in pts:
+                    _whisker(ax, x, v, color=COLORS.get(cfg, "#333333"))
+        ax.set_xscale("log")
+        ax.set_xlabel("model parameters (billions, log)")
+        ax.set_ylabel(f"R = step time / {data.baseline} step time")
+        ax.legend(loc="upper right", fontsize=7, frameon=False)
+        ax.set_title("a) R with 95 % intervals", loc="left", fontsize=8)
+
+        bx.axhline(1.0, color="black", linewidth=0.6)
+        ref = ctx.k_ref
+        if ref is None or not any(c in ref.k for c in configs):
+            _message(bx, "no K of a real model to predict from (config predict_k_from)", color=NOISE_COLOR)
+            needs.notes.append("b) not drawn: no predict_k_from in the config, or it has no K for these steps")
+        else:
+            for cfg in configs:
+                k = ref.k.get(cfg)
+                if k is None:
+                    needs.notes.append(f"b) {cfg}: no K in run {ref.run} ({ref.model}/{ref.workload})")
+                    continue
+                xs, lows, highs = [], [], []
+                for m in models:
+                    preds = [k.point / v.point for w in workloads if (v := rvals.get((m, w, cfg))) is not None]
+                    if preds:
+                        xs.append(sizes[m])
+                        lows.append(min(preds))
+                        highs.append(max(preds))
+                if not xs:
+                    continue
+                colour = COLORS.get(cfg, "#333333")
+                bx.fill_between(xs, lows, highs, color=colour, alpha=0.25, linewidth=0)
+                bx.plot(xs, lows, "-", color=colour, linewidth=0.8)
+                bx.plot(xs, highs, "-", color=colour, linewidth=0.8, label=f"{cfg}: K = {k.point:.2f} / R")
+            bx.set_xscale("log")
+            bx.legend(loc="upper right", fontsize=7, frameon=False)
+            needs.notes.append(
+                f"b) a prediction, not a measurement: K of {ref.model} on '{ref.workload}' (run {ref.run}, real "
+                "weights) divided by each size's R; the band spans R over the workloads of panel a"
+            )
+        bx.set_xlabel("model parameters (billions, log)")
+        bx.set_ylabel("predicted speedup K / R")
+        bx.set_title("b) PREDICTION: speedup = K(real model) / R(size)", loc="left", fontsize=8)
+        needs.notes.append(
+            "a) R over decode steps where the prefill probe ran (R_decode), else over all steps; weights: see "
+            "the run's cells (dummy weights measure step cost only, never acceptance)"
+        )
+    return needs
+
+
 _DRAW: dict[str, Callable[[_Ctx], _Needs]] = {
     "fig1_headline": _fig1_headline,
     "fig2_r_vs_k_code": _fig2_r_vs_k,
@@ -1456,6 +1596,7 @@ _DRAW: dict[str, Callable[[_Ctx], _Needs]] = {
     "fig5_model_size": _fig5_model_size,
     "fig6_gpu_util": _fig6_gpu_util,
     "fig7_k_predicted": _fig7_k_predicted,
+    "fig8_r_at_scale": _fig8_r_at_scale,
 }
 assert tuple(_DRAW) == FIGURES, "every figure in FIGURES needs a drawing function, in the same order"
 
@@ -1469,7 +1610,7 @@ def _style() -> Iterator[None]:
         yield
 
 
-def render_all(tables_dir: Path, out_dir: Path, headline_model: str, run: str) -> dict:
+def render_all(tables_dir: Path, out_dir: Path, headline_model: str, run: str, k_ref: KRef | None = None) -> dict:
     """Render every figure of :data:`FIGURES` (PNG + SVG) and ``manifest.json`` into ``out_dir``.
 
     Only rows whose ``run`` column equals ``run`` are used.  Returns the manifest:
@@ -1481,7 +1622,7 @@ def render_all(tables_dir: Path, out_dir: Path, headline_model: str, run: str) -
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = Tables.load(tables_dir, run)
-    ctx = _Ctx(data=data, model=headline_model, out_dir=out_dir)
+    ctx = _Ctx(data=data, model=headline_model, out_dir=out_dir, k_ref=k_ref)
     figures: dict[str, Any] = {}
     with _style():
         for stem in FIGURES:

@@ -3,6 +3,7 @@
 results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json      one measurement (a cell's repeat)
 results/{run}/failures/{model}/{workload}/{config}/r{repeat}.json   its failure record, when it failed
 results/{run}/archive/{model}/{workload}/{config}/r{repeat}/{sha}.json   every measurement ever finished
+results/{run}/preflight/{model}/{workload}/{config}.json            a cell's preflight verdict
 """
 
 from __future__ import annotations
@@ -51,6 +52,26 @@ def failure(root: Path | str, key: Key) -> Path:
 
 def archive_dir(root: Path | str, key: Key) -> Path:
     return Path(root) / key.run / "archive" / key.model / key.workload / key.config / f"r{key.repeat}"
+
+
+_PREFLIGHT_RE = re.compile(
+    rf"(?:^|/)(?P<run>{_NAME})/preflight/(?P<model>{_NAME})/(?P<workload>{_NAME})/(?P<config>{_NAME})\.json$"
+)
+
+
+def preflight(root: Path | str, run: str, model: str, workload: str, config: str) -> Path:
+    return Path(root) / run / "preflight" / model / workload / f"{config}.json"
+
+
+def parse_preflight(path: Path | str) -> tuple[Path, str, str, str, str]:
+    """results/{run}/preflight/{model}/{workload}/{config}.json -> (results root, run, model, workload, config)."""
+    text = Path(path).as_posix()
+    m = _PREFLIGHT_RE.search(text)
+    if not m:
+        raise SpecsweepError(
+            f"preflight path {path}: expected .../{{run}}/preflight/{{model}}/{{workload}}/{{config}}.json"
+        )
+    return Path(text[: m.start("run")] or "."), m["run"], m["model"], m["workload"], m["config"]
 
 
 def parse(path: Path | str) -> tuple[Path, Key]:

@@ -85,6 +85,7 @@ def build_doc(
             "import_s": engine.import_s if first else 0.0,
             "engine_start_s": engine.engine_start_s,
             "engine_start_paid": first,
+            "memory_after_start": engine.memory_after_start,
             "resets": raw["resets"],
             "identity_sha256": sha256_obj(engine.identity),
         },
@@ -135,20 +136,37 @@ def build_doc(
     }
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception as one informative line: pydantic's "Value error, ..." line (vLLM's config checks), else
+    the message's first line, with the exception's type."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    pick = next((ln for ln in lines if ln.startswith("Value error,")), lines[0] if lines else "")
+    pick = pick.removeprefix("Value error, ").split(" [type=")[0]
+    return f"{type(exc).__name__}: {pick}"[:400]
+
+
 def run_engine_host(study: Study, cell: Cell, repeat: int, model_path: str | None, key: str) -> None:
     """The engine host process: start the engine, then measure what cell jobs ask for."""
     model = resolve_model(study, cell, model_path)
     engine = Engine(study, cell, model, repeat)
     if engine.key != key:
         raise SpecsweepError(f"engine {key}: the config now gives engine {engine.key} (config changed?)")
-    engine.start()
+    try:
+        engine.start()
+    except SpecsweepError:
+        raise
+    except Exception as exc:  # vLLM refused or failed to start this engine: one line, the informative one
+        raise SpecsweepError(f"engine start failed: {one_line(exc)}") from exc
     print(f"engine {key}: ready in {engine.import_s:.1f} s import + {engine.engine_start_s:.1f} s start", flush=True)
 
     def handle(msg: dict[str, Any]) -> dict[str, Any]:
         c = study.cell(cell.model, msg["workload"], cell.config)
         wl_path = Path(msg["workload_file"])
+        r = int(msg.get("repeat", repeat))
+        if study.engine_repeat(r) != study.engine_repeat(repeat):
+            raise SpecsweepError(f"engine {key}: serves repeat {repeat}, not repeat {r}")
         raw = engine.measure(c, wl_path)
-        doc = build_doc(study, c, repeat, wl_path, engine, raw)
+        doc = build_doc(study, c, r, wl_path, engine, raw)
         return doc
 
     enginehost.serve(key, engine, handle, enginehost.engine_dir())
@@ -206,11 +224,16 @@ def run_cell(
                 ekey,
             )
             t0 = time.time()
-            host = enginehost.ensure_host(ekey, argv, log, d)
+            host = enginehost.ensure_host(ekey, argv, log, d, run_id=watch_pid)
             wait_s = time.time() - t0
             doc = enginehost.measure_via_host(
                 ekey,
-                {"op": "measure", "workload": cell.workload, "workload_file": str(Path(workload_path).resolve())},
+                {
+                    "op": "measure",
+                    "workload": cell.workload,
+                    "repeat": key.repeat,
+                    "workload_file": str(Path(workload_path).resolve()),
+                },
                 d,
             )
             doc["engine"] |= {

@@ -678,6 +678,7 @@ def build_tables(
         "specsweep.run": study.run,
         "specsweep.repeats": str(study.repeats),
         "specsweep.baseline": study.baseline,
+        **({} if study.engine_per_repeat else {"specsweep.engine_per_repeat": "false"}),
         "specsweep.allow_mismatch": json.dumps(allow_mismatch),
         "specsweep.mismatches": json.dumps(mismatches, sort_keys=True),
         "specsweep.allow_stale": json.dumps(allow_stale),

@@ -19,6 +19,22 @@ def _visible_indices(n: int) -> list[int | str]:
     return list(range(n))
 
 
+def memory_snapshot(num_devices: int) -> dict[str, Any] | None:
+    """Memory used and total (MiB) of the cell's GPUs now, from NVML; None without NVML (CPU)."""
+    with GpuSampler(num_devices) as probe:
+        if not probe.available:
+            return None
+        infos = [probe._nvml.nvmlDeviceGetMemoryInfo(h) for h in probe._handles]
+    used = [round(i.used / 2**20, 1) for i in infos]
+    total = [round(i.total / 2**20, 1) for i in infos]
+    return {
+        "devices": probe.names,
+        "used_mib": used,
+        "total_mib": total,
+        "free_mib": [round(t - u, 1) for t, u in zip(total, used, strict=True)],
+    }
+
+
 class GpuSampler:
     """Background thread sampling utilisation (%) and memory used (MiB) of the cell's GPUs."""
 

@@ -1,0 +1,46 @@
+# Preflight (`snakemake preflight --configfile config/preflight.yaml`): every cell tried once on the engine
+# of its (model, ladder step), before any weight is downloaded; each job writes a verdict (ok, failed with
+# its first error, refused: more GPUs than the machine has), so one failing cell never stops the others.
+# See workflow/specsweep/preflight.py.
+rule preflight_cell:
+    input:
+        workload=workload_file,
+        model=model_dir,
+    output:
+        "results/{run}/preflight/{model}/{workload}/{config}.json",
+    log:
+        "logs/{run}/preflight/{model}/{workload}/{config}.log",
+    benchmark:
+        "benchmarks/{run}/preflight/{model}/{workload}/{config}.tsv"
+    priority: preflight_priority
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=cell_gpus,
+    params:
+        cli=SPECSWEEP,
+        config=EFFECTIVE_CONFIG,
+        model_arg=model_arg,
+        watch=SCHEDULER_PID,
+    shell:
+        "{params.cli} preflight-cell --config {params.config:q} --workload-file {input.workload:q} "
+        "--out {output:q} {params.model_arg} --log {log:q} --watch-pid {params.watch} > {log:q} 2>&1"
+
+
+rule preflight:
+    input:
+        preflight_paths(),
+    output:
+        f"results/{RUN}/preflight/report.md",
+        f"results/{RUN}/preflight/report.parquet",
+        f"results/{RUN}/preflight/summary.json",
+    log:
+        f"logs/{RUN}/preflight-report.log",
+    localrule: True
+    conda:
+        LIGHT_ENV
+    params:
+        cli=SPECSWEEP,
+        config=EFFECTIVE_CONFIG,
+    shell:
+        "{params.cli} preflight-report --config {params.config:q} > {log:q} 2>&1"

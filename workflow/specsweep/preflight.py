@@ -1,0 +1,306 @@
+"""Preflight: every cell of a config tried before any weight is downloaded (issue 11).
+
+`snakemake preflight --configfile config/preflight.yaml` runs each cell once (repeat 1) on the engine of
+its (model, ladder step), with the config's own engine settings and whatever weights the config names
+(`weights: dummy` in config/preflight.yaml: the architecture's shape, random values). Each cell job writes a
+verdict, whatever happens, so one failing cell never stops the others:
+
+results/{run}/preflight/{model}/{workload}/{config}.json
+    status  ok        the engine started and the cell generated
+            failed    the first error, one line (vLLM's config checks, out of memory, graph capture, ...)
+            refused   the cell needs more GPUs (its TP) than this machine has: nothing was started
+    and, when the engine started: its start time, effective CUDA-graph mode and TP, KV-cache blocks and
+    tokens, the concurrency they hold at max_model_len, and the GPU memory used and free after the start.
+
+`specsweep preflight-report` turns the verdicts into results/{run}/preflight/report.{md,parquet} and summary.json: one
+row per cell, and per (model, ladder step) the verdict a user needs before downloading anything. An engine
+whose start failed is started once per workflow run, not once per cell (enginehost.ensure_host).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from . import paths, slots
+from .architectures import is_dummy, load_architecture
+from .config import Cell, Study
+from .errors import SpecsweepError
+from .jsonio import atomic_write_bytes, atomic_write_json, read_json
+
+FORMAT = "specsweep-preflight/1"
+COLUMNS = (
+    "model",
+    "params_b",
+    "tp",
+    "config",
+    "workload",
+    "status",
+    "engine_start_s",
+    "cudagraph_mode",
+    "tensor_parallel_size",
+    "max_model_len",
+    "num_gpu_blocks",
+    "kv_tokens",
+    "max_concurrency",
+    "gpu_mem_total_gib",
+    "gpu_mem_used_gib",
+    "gpu_mem_free_gib",
+    "output_tok_s",
+    "error",
+)
+
+#: Column types of report.parquet (the rest are strings).
+TYPES: dict[str, Any] = {}
+
+
+def _types() -> None:
+    import pyarrow as pa
+
+    for c in (
+        "params_b",
+        "engine_start_s",
+        "max_concurrency",
+        "gpu_mem_total_gib",
+        "gpu_mem_used_gib",
+        "gpu_mem_free_gib",
+        "output_tok_s",
+    ):
+        TYPES[c] = pa.float64()
+    for c in ("tp", "tensor_parallel_size", "max_model_len", "num_gpu_blocks", "kv_tokens"):
+        TYPES[c] = pa.int64()
+
+
+def verdict_path(root: Path | str, run: str, cell: Cell) -> Path:
+    return paths.preflight(root, run, cell.model, cell.workload, cell.config)
+
+
+def static_facts(study: Study, cell: Cell) -> dict[str, Any]:
+    """What the architecture says before anything starts: positions against max_model_len."""
+    spec = study.models[cell.model]
+    engine = study.cell_settings(cell)["engine"]
+    positions = None
+    if is_dummy(spec) and spec.architecture:
+        arch = load_architecture(spec.architecture)
+        positions = arch.get("max_position_embeddings")
+    return {"max_position_embeddings": positions, "max_model_len_requested": engine.get("max_model_len")}
+
+
+def _gib(mib: list[float] | None) -> float | None:
+    return None if not mib else round(sum(mib) / 1024, 2)
+
+
+def from_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    """The engine facts of a measured cell."""
+    eff, eng = doc["effective"], doc["engine"]
+    blocks, block = eff.get("num_gpu_blocks"), eff.get("block_size")
+    kv_tokens = blocks * block if isinstance(blocks, int) and isinstance(block, int) else None
+    max_len = eff.get("max_model_len")
+    mem = eng.get("memory_after_start") or {}
+    return {
+        "engine_key": eng["key"],
+        "engine_start_s": round(eng["engine_start_s"], 1),
+        "cudagraph_mode": eff["cudagraph_mode"],
+        "tensor_parallel_size": eff.get("tensor_parallel_size"),
+        "max_model_len": max_len,
+        "num_gpu_blocks": blocks,
+        "block_size": block,
+        "kv_tokens": kv_tokens,
+        "max_concurrency": round(kv_tokens / max_len, 2) if kv_tokens and max_len else None,
+        "gpu_mem_total_gib": _gib(mem.get("total_mib")),
+        "gpu_mem_used_gib": _gib(mem.get("used_mib")),
+        "gpu_mem_free_gib": _gib(mem.get("free_mib")),
+        "output_tok_s": round(doc["tokens"]["output_tok_s"], 1),
+    }
+
+
+def preflight_cell(
+    study: Study,
+    cell: Cell,
+    root: Path,
+    out: Path,
+    workload_path: Path,
+    model_path: str | None,
+    config_path: str,
+    log_path: str | None,
+    watch_pid: int | None,
+) -> dict[str, Any]:
+    """Try one cell (repeat 1) and write its verdict; never raises for what the cell itself does wrong."""
+    from .runner import run_cell
+
+    spec = study.models[cell.model]
+    record: dict[str, Any] = {
+        "format": FORMAT,
+        "run": study.run,
+        "model": cell.model,
+        "workload": cell.workload,
+        "config": cell.config,
+        "params_b": spec.params_b,
+        "tp": spec.tp,
+        "weights": spec.weights,
+        "static": static_facts(study, cell),
+        "started_at": time.time(),
+    }
+    gpus = len(slots.node_gpu_ids()) if study.device == "gpu" else None
+    if gpus is not None and spec.tp > gpus:
+        record |= {"status": "refused", "error": f"needs {spec.tp} GPUs (tp {spec.tp}); this machine has {gpus}"}
+    else:
+        key = paths.Key(study.run, cell.model, cell.workload, cell.config, 1)
+        try:
+            doc = run_cell(study, key, root, workload_path, model_path, config_path, log_path, True, watch_pid)
+            record |= {"status": "ok", "error": None} | from_doc(doc)
+        except SpecsweepError as exc:
+            record |= {"status": "failed", "error": _short_error(str(exc))}
+    record["finished_at"] = time.time()
+    atomic_write_json(out, record)
+    return record
+
+
+def _short_error(text: str) -> str:
+    """The error without the engine host's wrapping (its key, exit code and log path are in the cell's log)."""
+    text = re.sub(r"engine [0-9a-f]{16}: the engine host exited with code -?\d+ before it was ready: ", "", text)
+    text = re.sub(r" \(log: [^)]*\)$", "", text).removeprefix("engine start failed: ")
+    return text[:400]
+
+
+def load_verdicts(study: Study, root: Path | str) -> list[dict[str, Any]]:
+    rows = []
+    for cell in study.cells:
+        p = verdict_path(root, study.run, cell)
+        if p.is_file():
+            rec = read_json(p, "preflight verdict")
+            if not isinstance(rec, dict) or rec.get("format") != FORMAT:
+                raise SpecsweepError(f"preflight verdict {p}: not a {FORMAT} record")
+        else:
+            rec = {"model": cell.model, "workload": cell.workload, "config": cell.config, "status": "not run"}
+            rec |= {"params_b": study.models[cell.model].params_b, "tp": study.models[cell.model].tp}
+        rows.append(rec)
+    return rows
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v).replace("|", "\\|")
+
+
+def engine_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (model, ladder step): ok only when every workload ran; the first error otherwise."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        k = (r["model"], r["config"])
+        e = out.setdefault(
+            k,
+            {c: r.get(c) for c in COLUMNS if c not in ("workload", "status", "error", "output_tok_s")}
+            | {"workloads": 0, "ok": 0, "statuses": set(), "error": None},
+        )
+        e["workloads"] += 1
+        e["ok"] += r["status"] == "ok"
+        e["statuses"].add(r["status"])
+        if r["status"] == "ok" and e.get("engine_start_s") is None:
+            e |= {c: r.get(c) for c in COLUMNS if c not in ("workload", "status", "error", "output_tok_s")}
+        if r.get("error") and not e["error"]:
+            e["error"] = r["error"]
+    result = []
+    for e in out.values():
+        st = e.pop("statuses")
+        e["verdict"] = (
+            "ok"
+            if st == {"ok"}
+            else "refused"
+            if st == {"refused"}
+            else "not run"
+            if st == {"not run"}
+            else "failed"
+            if "failed" in st
+            else "partial"
+        )
+        result.append(e)
+    return result
+
+
+def report(study: Study, root: Path | str, out_dir: Path) -> dict[str, Any]:
+    """results/{run}/preflight/report.{md,parquet} and summary.json from the verdicts (missing ones: `not run`)."""
+    import pyarrow as pa
+
+    from .tables import _parquet_bytes, _table
+
+    _types()
+    rows = load_verdicts(study, root)
+    table = _table(rows, [(c, TYPES.get(c, pa.string())) for c in COLUMNS], {"run": study.run})
+    engines = engine_rows(rows)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    verdicts: dict[str, int] = {}
+    for e in engines:
+        verdicts[e["verdict"]] = verdicts.get(e["verdict"], 0) + 1
+
+    head = [
+        "model",
+        "tp",
+        "config",
+        "verdict",
+        "workloads ok",
+        "start s",
+        "graph mode",
+        "KV blocks",
+        "KV tokens",
+        "concurrency at max_model_len",
+        "GPU GiB used / free",
+        "first error",
+    ]
+    lines = [
+        f"# Preflight of run `{study.run}`",
+        "",
+        f"{len(rows)} cells on {len(engines)} engines (model, ladder step): "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        + " cells; engines: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(verdicts.items()))
+        + "."
+        + (
+            " Weights: dummy (random values of the real shape): a start that passes says nothing about"
+            " throughput or acceptance."
+            if any(m.weights == "dummy" for m in study.models.values())
+            else ""
+        ),
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for e in engines:
+        mem = (
+            f"{_fmt(e.get('gpu_mem_used_gib'))} / {_fmt(e.get('gpu_mem_free_gib'))}"
+            if e.get("gpu_mem_used_gib") is not None
+            else ""
+        )
+        cells_ = [
+            e["model"],
+            e["tp"],
+            e["config"],
+            e["verdict"],
+            f"{e['ok']}/{e['workloads']}",
+            e.get("engine_start_s"),
+            e.get("cudagraph_mode"),
+            e.get("num_gpu_blocks"),
+            e.get("kv_tokens"),
+            e.get("max_concurrency"),
+            mem,
+            e.get("error"),
+        ]
+        lines.append("| " + " | ".join(_fmt(c) for c in cells_) + " |")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out_dir / "report.md", ("\n".join(lines) + "\n").encode())
+    atomic_write_bytes(out_dir / "report.parquet", _parquet_bytes(table))
+    summary = {"run": study.run, "cells": counts, "engines": verdicts}
+    atomic_write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def dumps(record: dict[str, Any]) -> str:
+    return json.dumps({k: record.get(k) for k in ("model", "workload", "config", "status", "error")})
