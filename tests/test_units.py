@@ -201,3 +201,13 @@ def test_model_max_model_len_overrides_the_engine():
     cfg["models"][0]["max_model_len"] = 0
     with pytest.raises(SpecsweepError, match="max_model_len"):
         build_study(cfg)
+
+
+def test_dummy_weight_cells_decide_r_only():
+    """Random weights measure step time, not acceptance: their cells enter C6 (R), never C1 (speedup)."""
+    study = build_study(yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text()))
+    row = _sp(7.0, "ngram", "ngram", "slower", 0.5, model="qwen2.5-7b-instruct", R_decode=5.6)
+    row |= {"R_decode_lo": 5.3, "R_decode_hi": 5.7}
+    by_id = {c["id"]: c for c in claims.decide(study, [], [row], [])}
+    assert by_id["C1"]["verdict"] == "not covered by this run"
+    assert by_id["C6"]["verdict"] == "refuted" and "R over decode steps" in by_id["C6"]["evidence"]

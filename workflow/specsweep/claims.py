@@ -12,6 +12,8 @@ C6  R within 1.25-1.40, independent of the workload     R over decode steps, eve
 C7  chat K > sonnet K                                   per method, chat's K interval above sonnet's
 C8  models >= 14B are net-positive                      every trident cell of such a model: verdict faster
 
+Cells of `weights: dummy` models (random weights) enter C6 only: they measure step time, not acceptance.
+
 C5's predictions use the acceptance at draft position 1, p1 = accepted at position 1 / drafts (not the
 pooled alpha, from which K = 1 + alpha * mean draft length holds by construction), and the mean draft
 length g: linear K = 1 + p1 * g; Leviathan (i.i.d. acceptance) K = (1 - p1^(g+1)) / (1 - p1).
@@ -127,10 +129,14 @@ def decide(
     study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]], rows: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     out = []
-    spec_sp = [s for s in sp if s["method"] != "none"]
+    # Random (dummy) weights measure step times, never acceptance: only C6 (R) reads their cells; the claims
+    # about K, acceptance and speedup read real-weight cells only.
+    dummy = {m for m, spec in study.models.items() if spec.weights == "dummy"}
+    r_sp = [s for s in sp if s["method"] != "none"]
+    spec_sp = [s for s in r_sp if s["model"] not in dummy]
     out.append(_speedup_claim("C1", spec_sp, lambda s: s["model_params_b"] <= 7.0, "slower"))
 
-    cells = {(c["model"], c["workload"], c["config"]): c for c in crow if c["n"]}
+    cells = {(c["model"], c["workload"], c["config"]): c for c in crow if c["n"] and c["model"] not in dummy}
     steps = study.ladder
 
     def step_of(method: str, mode: str | None = None) -> list[str]:
@@ -230,11 +236,12 @@ def decide(
     # C6
     verdicts, ev, used = [], [], []
     which = "R over decode steps"
-    for s in spec_sp:
-        r, lo, hi = s["R_decode"], s["R_decode_lo"], s["R_decode_hi"]
-        if r is None:  # no prefill probe in this run: R over all steps
+    for s in r_sp:
+        if s["R_decode"] is not None:
+            r, lo, hi = s["R_decode"], s["R_decode_lo"], s["R_decode_hi"]
+        elif s["R"] is not None:  # no prefill probe in this run: R over all steps
             r, lo, hi, which = s["R"], s["R_lo"], s["R_hi"], "R over all steps (no prefill probe)"
-        if r is None:
+        else:
             continue
         if lo is None:
             verdicts.append("undecided")
@@ -299,8 +306,16 @@ def readme_sentence(
             counts[s["verdict"]] = counts.get(s["verdict"], 0) + 1
     parts = [f"{counts[v]} {v}" for v in ("faster", "slower", "within noise", "undecided (n<2)") if counts.get(v)]
     claims = ", ".join(f"{c['id']} {c['verdict']}" for c in decided)
+    dummy = [m for m, spec in study.models.items() if spec.weights == "dummy"]
+    weights = (
+        " (random weights, `weights: dummy`: step times and R, not acceptance or a usable speedup)"
+        if dummy and len(dummy) == len(study.models)
+        else ""
+    )
+    repeats = f"{study.repeats} repeats per cell planned" + (
+        "" if study.engine_per_repeat else ", passes on one engine"
+    )
     return (
-        f"Run `{study.run}`: {n} of {len(crow) * study.repeats} measurements ({study.repeats} repeats per cell "
-        f"planned); against {study.baseline}, the measured cells were {', '.join(parts) or 'none'}; "
-        f"claims: {claims}."
+        f"Run `{study.run}`: {n} of {len(crow) * study.repeats} measurements ({repeats}){weights}; against "
+        f"{study.baseline}, the measured cells were {', '.join(parts) or 'none'}; claims: {claims}."
     )

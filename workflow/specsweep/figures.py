@@ -1505,6 +1505,17 @@ def _r_val(data: Tables, cell: Cell) -> Val | None:
     return data.spd(cell, "R_decode") or data.spd(cell, "R")
 
 
+def _size_axis(ax: Axes) -> None:
+    """A log axis of model sizes labelled in plain billions (0.5, 1, 2, 5, ...)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator([0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("model parameters (billions, log)")
+
+
 def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     data = ctx.data
     models, sizes, configs, workloads = r_at_scale(data)
@@ -1542,8 +1553,10 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
                 )
                 for x, v in pts:
                     _whisker(ax, x, v, color=COLORS.get(cfg, "#333333"))
-        ax.set_xscale("log")
-        ax.set_xlabel("model parameters (billions, log)")
+        lo_x, hi_x = min(sizes.values()), max(sizes.values())
+        for a in (ax, bx):
+            _size_axis(a)
+            a.set_xlim(lo_x / 1.6, hi_x * 1.6)
         ax.set_ylabel(f"R = step time / {data.baseline} step time")
         ax.legend(loc="upper right", fontsize=7, frameon=False)
         ax.set_title("a) R with 95 % intervals", loc="left", fontsize=8)
@@ -1572,13 +1585,11 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
                 bx.fill_between(xs, lows, highs, color=colour, alpha=0.25, linewidth=0)
                 bx.plot(xs, lows, "-", color=colour, linewidth=0.8)
                 bx.plot(xs, highs, "-", color=colour, linewidth=0.8, label=f"{cfg}: K = {k.point:.2f} / R")
-            bx.set_xscale("log")
             bx.legend(loc="upper right", fontsize=7, frameon=False)
             needs.notes.append(
                 f"b) a prediction, not a measurement: K of {ref.model} on '{ref.workload}' (run {ref.run}, real "
                 "weights) divided by each size's R; the band spans R over the workloads of panel a"
             )
-        bx.set_xlabel("model parameters (billions, log)")
         bx.set_ylabel("predicted speedup K / R")
         bx.set_title("b) PREDICTION: speedup = K(real model) / R(size)", loc="left", fontsize=8)
         needs.notes.append(
