@@ -27,7 +27,8 @@ chromium:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 # Debian's slurm-wlm (slurmctld, slurmd, the clients) and munge: tests/test_slurm.py starts a one-node cluster
-# on localhost with them (its own config, key and sockets under a temporary folder; no daemon is left running).
+# on localhost with them (config, key, socket and state under a temporary folder, /etc/slurm/slurm.conf a link
+# to it while the test runs; no daemon is left running).
 slurm:
 	@PATH="$$PATH:/usr/sbin:/sbin"; command -v slurmctld >/dev/null && command -v slurmd >/dev/null && \
 	  command -v munged >/dev/null && command -v sbatch >/dev/null || { apt-get update -qq && \
