@@ -7,7 +7,8 @@ for the life of the cluster (only where that path is free) and removed at the en
 the srun that snakemake-executor-plugin-slurm-jobstep 0.6.1 starts inside each job runs with every SLURM_*
 variable removed, SLURM_CONF included, and then finds no configuration ("Could not establish a configuration
 source"); jobstep 0.6.0 keeps SLURM_CONF. Each daemon runs in the foreground as a child of the test, in its
-own session, and is ended by its pid (and that session's process group).
+own session, and is ended by its pid (and that session's process group); it also gets SIGTERM if the test
+process dies without ending it.
 
 The node has the machine's CPUs and memory (as `slurmd -C` reports them) and one `gpu` GRES, so that jobs
 that ask for `--gpus=1` or `--gres=gpu:1` are scheduled. SLURM 22.05 drops a GPU without a device file from
@@ -21,6 +22,7 @@ are read with `squeue --states=all` and `scontrol show job`, which keep finished
 
 from __future__ import annotations
 
+import ctypes
 import getpass
 import os
 import shutil
@@ -68,6 +70,11 @@ def _node_hardware() -> dict[str, str]:
     drained for a mismatch."""
     out = subprocess.run([which("slurmd") or "slurmd", "-C"], capture_output=True, text=True, check=True).stdout
     return dict(item.split("=", 1) for item in out.splitlines()[0].split())
+
+
+def _die_with_parent() -> None:
+    """In the daemon before exec: SIGTERM when the test process dies, even by kill -9 (PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def _tail(path: Path, n: int = 15) -> str:
@@ -175,6 +182,7 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
 
     def _wait(self, what: str, ready, timeout: float = 60) -> None:
