@@ -10,7 +10,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SONNET ?= $(wildcard ../shared/data/sonnet.txt)
 SNAKE_CONFIG := $(if $(SONNET),--config sonnet_path=$(abspath $(SONNET)),)
 
-.PHONY: install demo test lint figures clean-demo chromium shellcheck
+.PHONY: install demo test lint figures clean-demo chromium slurm shellcheck
 
 $(STAMP): pyproject.toml workflow/scripts/install-cpu.sh
 	bash workflow/scripts/install-cpu.sh $(VENV)
@@ -26,7 +26,15 @@ chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP) chromium
+# Debian's slurm-wlm (slurmctld, slurmd, the clients) and munge: tests/test_slurm.py starts a one-node cluster
+# on localhost with them (config, key, socket and state under a temporary folder, /etc/slurm/slurm.conf a link
+# to it while the test runs; no daemon is left running).
+slurm:
+	@PATH="$$PATH:/usr/sbin:/sbin"; command -v slurmctld >/dev/null && command -v slurmd >/dev/null && \
+	  command -v munged >/dev/null && command -v sbatch >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null; }
+
+test: $(STAMP) chromium slurm
 	SPECSWEEP_SONNET=$(abspath $(SONNET)) $(BIN)/python -m pytest -q
 
 # Debian's shellcheck, for the lint target.

@@ -74,6 +74,16 @@ def tiny_config(smoke: dict, sonnet: Path, run: str = "tiny") -> dict:
     return cfg
 
 
+def prepare_workdir(work: Path, cfg: dict, model: Path) -> Path:
+    """A run folder for `cfg`: the config written as {run}.yaml (its path returned) and the session's model
+    linked where the workflow looks for it (resources/models/smollm2-135m-instruct)."""
+    cfg_path = work / f"{cfg['run']}.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (work / "resources" / "models").mkdir(parents=True)  # the model, built once per session
+    (work / "resources" / "models" / "smollm2-135m-instruct").symlink_to(model, target_is_directory=True)
+    return cfg_path
+
+
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory) -> Path:
     """The real SmolLM2-135M-Instruct folder (float32): `make demo`'s build, $SPECSWEEP_MODEL_DIR, or built
@@ -104,9 +114,6 @@ def tiny_run(tmp_path_factory, smollm2) -> dict:
     smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
     work = tmp_path_factory.mktemp("tiny")
     cfg = tiny_config(smoke, sonnet_path())
-    cfg_path = work / "tiny.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    (work / "resources" / "models").mkdir(parents=True)  # the model, built once per session
-    (work / "resources" / "models" / "smollm2-135m-instruct").symlink_to(smollm2, target_is_directory=True)
+    cfg_path = prepare_workdir(work, cfg, smollm2)
     proc = snakemake(work, "--configfile", str(cfg_path), "--cores", "1")
     return {"work": work, "config": cfg_path, "cfg": cfg, "log": proc.stdout + proc.stderr}

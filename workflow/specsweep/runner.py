@@ -253,6 +253,8 @@ def run_cell(
         t_end = time.time()
         doc["provenance"]["started"] = started
         doc["provenance"]["snakemake"] = _snakemake_version()
+        # the scheduler job that ran this cell (the engine host may have been spawned by an earlier one)
+        doc["provenance"]["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
         doc["job"] = {
             "started_at": t_start,
             "finished_at": t_end,
