@@ -12,7 +12,6 @@ from specsweep.config import load_study
 from specsweep.figures import FIGURES, load_k_ref, render_all
 from specsweep.tables import build_tables
 
-
 #: committed runs: config, cells in the tables, what the run holds
 RUNS = {
     # part 1 of the H200 run: repeat 1 of vanilla and ngram on all six workloads (12 measurements)
