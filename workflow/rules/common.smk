@@ -48,9 +48,7 @@ def _preflight_only() -> bool:
     # the DAG settings are not there yet while the Snakefile is parsed: read the targets off the command line
     settings = workflow.dag_settings
     words = list(settings.targets) if settings else sys.argv[1:]
-    return any(
-        w == "preflight" or "/preflight/" in w.replace(os.sep, "/") for w in words
-    )
+    return any(w == "preflight" or "preflight" in Path(w).parts[:-1] for w in words)
 
 
 try:
