@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -40,6 +41,25 @@ def paper_cfg() -> dict:
 @pytest.fixture
 def smoke_cfg() -> dict:
     return yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+
+
+#: set_key's value that deletes the key instead.
+DELETE = object()
+
+
+def set_key(cfg: dict, dotted: str, value) -> dict:
+    """A deep copy of cfg with the key at `dotted` (`a.b.0.c`: list indices as numbers) set, or deleted."""
+    cfg = copy.deepcopy(cfg)
+    node = cfg
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    last = int(keys[-1]) if isinstance(node, list) else keys[-1]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return cfg
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1500) -> subprocess.CompletedProcess:

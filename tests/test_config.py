@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from conftest import DELETE, set_key
 from specsweep.config import build_study, check_gpu_budget
 from specsweep.errors import SpecsweepError
 
@@ -47,22 +48,10 @@ def test_schema_fills_defaults(smoke_cfg):
     assert study.models["smollm2-135m-instruct"].trust_remote_code is False
 
 
-def _set(cfg: dict, dotted: str, value) -> dict:
-    cfg = copy.deepcopy(cfg)
-    node = cfg
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        node = node[int(k)] if isinstance(node, list) else node[k]
-    if value is _DELETE:
-        del node[keys[-1]]
-    elif isinstance(node, list):
-        node[int(keys[-1])] = value
-    else:
-        node[keys[-1]] = value
-    return cfg
+_set = set_key
 
 
-_DELETE = object()
+_DELETE = DELETE
 
 BAD = [
     ("groups.large.models", ["phi-3-medium-4k-instruct", "gpt-5"], "groups.large.models: unknown model 'gpt-5'"),

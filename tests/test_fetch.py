@@ -477,22 +477,13 @@ def test_cli_fetch_offline_and_one_line_error(tmp_path, smollm2, smoke_cfg):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)
     cli = [sys.executable, "-m", "specsweep.cli"]
-    ok = subprocess.run(
-        [
-            *cli,
-            "fetch-model",
-            "--config",
-            str(_fetch_config(smoke_cfg, tmp_path / "c.yaml")),
-            "--name",
-            "smollm2",
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        env=_cli_env(cache),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+    def fetch(config: str, revision: str, out: str) -> subprocess.CompletedProcess:
+        cmd = [*cli, "fetch-model", "--config", str(_fetch_config(smoke_cfg, tmp_path / config, revision))]
+        cmd += ["--name", "smollm2", "--out", str(tmp_path / out)]
+        return subprocess.run(cmd, env=_cli_env(cache), capture_output=True, text=True, timeout=300)
+
+    ok = fetch("c.yaml", REV, "out")
     assert ok.returncode == 0, ok.stderr
     rec = json.loads(
         subprocess.run(
@@ -504,22 +495,7 @@ def test_cli_fetch_offline_and_one_line_error(tmp_path, smollm2, smoke_cfg):
         ).stdout
     )
     assert rec["revision"] == REV
-    bad = subprocess.run(
-        [
-            *cli,
-            "fetch-model",
-            "--config",
-            str(_fetch_config(smoke_cfg, tmp_path / "d.yaml", REV2)),
-            "--name",
-            "smollm2",
-            "--out",
-            str(tmp_path / "out2"),
-        ],
-        env=_cli_env(cache),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = fetch("d.yaml", REV2, "out2")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
         f"specsweep: error: model {REPO}: HF_HUB_OFFLINE is set and revision {REV2[:12]} is not complete in the "

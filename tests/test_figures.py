@@ -59,17 +59,7 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
         step = study.ladder[cell.config]
         method = step.method
         row = dict.fromkeys((n for n, _ in tables.CELL_COLUMNS), None)
-        row |= {
-            "run": study.run,
-            "model": cell.model,
-            "model_params_b": float(spec.params_b),
-            "tp": spec.tp,
-            "workload": cell.workload,
-            "config": cell.config,
-            "method": method,
-            "group": study.cell_groups[cell],
-            "repeats": study.repeats,
-        }
+        row |= tables.cell_identity(study, cell) | {"repeats": study.repeats}
         key = (cell.model, cell.workload, cell.config)
         if key in drop:
             row |= {"status": "missing", "n": 0}

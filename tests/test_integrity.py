@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, set_key
 from specsweep import cells, cli, slots
 from specsweep.config import MAX_NODES, build_study, load_study
 from specsweep.errors import MAX_MESSAGE, SpecsweepError
@@ -493,17 +493,7 @@ def test_long_string():
 # ====================================================================== the schema bounds every count and size
 
 
-def _set(cfg: dict, dotted: str, value) -> dict:
-    cfg = copy.deepcopy(cfg)
-    node = cfg
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        node = node[int(k)] if isinstance(node, list) else node[k]
-    if isinstance(node, list):
-        node[int(keys[-1])] = value
-    else:
-        node[keys[-1]] = value
-    return cfg
+_set = set_key
 
 
 BOUNDS = [

@@ -222,22 +222,7 @@ def test_kill_9_then_rerun_loses_nothing(tiny_run):
     work = tiny_run["work"]
     target = _path("suffix", 1, "sonnet")
     before = _mtimes(work)
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(ROOT / "Snakefile"),
-        "-d",
-        str(work),
-        target,
-        "--configfile",
-        str(tiny_run["config"]),
-        "--cores",
-        "1",
-        "--force",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = _start(work, tiny_run, target)
     logs = work / "logs/tiny/cells" / MODEL / "sonnet/suffix"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not any(

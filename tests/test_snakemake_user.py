@@ -408,18 +408,13 @@ def test_config_readme_describes_every_schema_key_with_its_default():
 # ------------------------------------------------------------------------------------------ .test/
 
 
+def dot_test(checkout, env, *args: str):
+    """Snakemake on CI's .test/ config, as the catalog's workflows are tested."""
+    return snakemake_in(checkout, env, "-d", ".test", "--configfile", ".test/config/config.yaml", "--cores", "1", *args)
+
+
 def test_dot_test_config_dry_runs_the_whole_workflow(checkout, light_bin, tmp_path):
-    proc = snakemake_in(
-        checkout,
-        user_env(light_bin, tmp_path / "imports.log"),
-        "-d",
-        ".test",
-        "--configfile",
-        ".test/config/config.yaml",
-        "--cores",
-        "1",
-        "-n",
-    )
+    proc = dot_test(checkout, user_env(light_bin, tmp_path / "imports.log"), "-n")
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
     assert counts == {
         "build_model": "1",
@@ -435,15 +430,9 @@ def test_dot_test_config_dry_runs_the_whole_workflow(checkout, light_bin, tmp_pa
 
 def test_dot_test_config_runs_for_real_up_to_the_workloads(checkout, light_bin, tmp_path):
     log = tmp_path / "imports.log"
-    snakemake_in(
+    dot_test(
         checkout,
         user_env(light_bin, log),
-        "-d",
-        ".test",
-        "--configfile",
-        ".test/config/config.yaml",
-        "--cores",
-        "1",
         "--until",
         "workload",
         "--config",

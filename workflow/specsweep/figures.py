@@ -622,6 +622,32 @@ def _baseline_vs_headline(ctx: _Ctx) -> tuple[list[str], tuple[str, str], _Needs
     return workloads, series, _Needs.of(ctx.data, _grid([ctx.model], workloads, series))
 
 
+def _throughput_bars(
+    ctx: _Ctx,
+    ax: Axes,
+    groups: Sequence[str],
+    series: Sequence[str],
+    values: Mapping[tuple[str, str], Val | None],
+    labels: Mapping[tuple[str, str], tuple[str, str]],
+    config_of: Callable[[str, str], str],
+    xlabel: str,
+) -> None:
+    """Output tokens/s bars (figures 1 and 3), each coloured by its ladder step (`config_of(group, series)`)."""
+    _bars(
+        ax,
+        groups,
+        series,
+        values,
+        color=lambda g, sr: ctx.color(config_of(g, sr)),
+        labels=labels,
+        ylabel="output tokens/s",
+        repeats=ctx.data.repeats,
+        headroom=1.3,
+    )
+    ax.set_xlabel(xlabel)
+    ax.set_title(VERDICT_KEY.format(b=ctx.data.baseline), loc="right", fontsize=7, color="#444444")
+
+
 def _fig1_headline(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
     workloads, series, needs = _baseline_vs_headline(ctx)
@@ -631,19 +657,7 @@ def _fig1_headline(ctx: _Ctx) -> _Needs:
             return needs
         values = {(w, c): data.val((model, w, c), "output_tok_s") for w in workloads for c in series}
         labels = {(w, HEADLINE_CONFIG): _gain_label(data, (model, w, HEADLINE_CONFIG)) for w in workloads}
-        _bars(
-            ax,
-            workloads,
-            series,
-            values,
-            color=lambda _, c: ctx.color(c),
-            labels=labels,
-            ylabel="output tokens/s",
-            repeats=data.repeats,
-            headroom=1.3,
-        )
-        ax.set_xlabel("workload")
-        ax.set_title(VERDICT_KEY.format(b=data.baseline), loc="right", fontsize=7, color="#444444")
+        _throughput_bars(ctx, ax, workloads, series, values, labels, lambda _, c: c, "workload")
         needs.notes.append(
             f"labels: speedup of {HEADLINE_CONFIG} over {data.baseline} as % with its 95 % "
             "interval (speedup.parquet speedup/_lo/_hi), coloured by verdict"
@@ -722,19 +736,7 @@ def _fig3_sonnet_ladder(ctx: _Ctx) -> _Needs:
         labels = {(c, workload): _gain_label(data, (model, workload, c)) for c in ladder}
         if values[(data.baseline, workload)] is not None:
             labels[(data.baseline, workload)] = ("baseline", "black")
-        _bars(
-            ax,
-            ladder,
-            (workload,),
-            values,
-            color=lambda c, _: ctx.color(c),
-            labels=labels,
-            ylabel="output tokens/s",
-            repeats=data.repeats,
-            headroom=1.3,
-        )
-        ax.set_xlabel("ladder step")
-        ax.set_title(VERDICT_KEY.format(b=data.baseline), loc="right", fontsize=7, color="#444444")
+        _throughput_bars(ctx, ax, ladder, (workload,), values, labels, lambda c, _: c, "ladder step")
         needs.notes.append("labels: speedup vs the baseline as % with its 95 % interval, coloured by verdict")
     return needs
 

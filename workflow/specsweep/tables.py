@@ -28,12 +28,22 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from . import cells, paths, stats
-from .config import Study
+from .config import Cell, Study
 from .errors import SpecsweepError
 from .jsonio import read_json, sha256_obj
 
 F, I, S = pa.float64(), pa.int64(), pa.string()  # noqa: E741 (column-type shorthands)
 B = pa.bool_()
+
+#: What a cell's ladder step asked for and what vLLM chose, in the measurement and cell tables alike.
+STEP_SETTING_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("gpu_memory_utilization", F),
+    ("cudagraph_mode_requested", S),
+    ("cudagraph_mode_effective", S),
+    ("async_scheduling", B),
+    ("model_runner", S),
+]
+
 #: The columns that name a cell, its model and its ladder step: first in measurements and cells.
 CELL_ID_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("run", S),
@@ -79,11 +89,7 @@ MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("K", F),
     ("alpha", F),
     ("accepted_per_pos", pa.list_(I)),
-    ("gpu_memory_utilization", F),
-    ("cudagraph_mode_requested", S),
-    ("cudagraph_mode_effective", S),
-    ("async_scheduling", B),
-    ("model_runner", S),
+    *STEP_SETTING_COLUMNS,
     ("gpu_util_mean", F),
     ("gpu_mem_max_mib", F),
     ("device_name", S),
@@ -121,11 +127,7 @@ CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("draft_tokens", I),
     ("accepted", I),
     ("accepted_per_pos", pa.list_(I)),
-    ("gpu_memory_utilization", F),
-    ("cudagraph_mode_requested", S),
-    ("cudagraph_mode_effective", S),
-    ("async_scheduling", B),
-    ("model_runner", S),
+    *STEP_SETTING_COLUMNS,
     ("device_name", S),
     ("vllm_version", S),
     ("prompts_match_baseline_min", I),
@@ -249,6 +251,10 @@ def stale_keys(doc: dict[str, Any], current: dict[str, Any]) -> list[str]:
 # ------------------------------------------------------------------------------------------ loading
 
 
+#: The step counts and times a measurement row copies from its cell's `steps`.
+STEP_KEYS = ("engine_steps", "tokens_per_step", "step_time_ms", "prefill_steps", "decode_steps", "decode_step_time_ms")
+
+
 def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
     spec = doc["spec"] or {}
     gpu = doc["gpu"] or {}
@@ -266,29 +272,15 @@ def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
         "engine_key": doc["engine"]["key"],
         "engine_position": doc["engine"]["position"],
         "import_s": doc["engine"]["import_s"],
-        "engine_start_s": tm["engine_start_s"],
-        "warmup_s": tm["warmup_s"],
-        "reset_s": tm["reset_s"],
-        "gen_wall_s": tm["gen_wall_s"],
-        "prefill_probe_s": tm["prefill_probe_s"],
+        **{k: tm[k] for k in ("engine_start_s", "warmup_s", "reset_s", "gen_wall_s", "prefill_probe_s")},
         "job_wall_s": doc["job"]["wall_s"],
         "output_tok_s": doc["tokens"]["output_tok_s"],
         "total_tok_s": doc["tokens"]["total_tok_s"],
-        "engine_steps": st["engine_steps"],
-        "tokens_per_step": st["tokens_per_step"],
-        "step_time_ms": st["step_time_ms"],
-        "prefill_steps": st["prefill_steps"],
-        "decode_steps": st["decode_steps"],
-        "decode_step_time_ms": st["decode_step_time_ms"],
+        **{k: st[k] for k in STEP_KEYS},
         "prefill_share": (
             min(1.0, tm["prefill_probe_s"] / tm["gen_wall_s"]) if tm["prefill_probe_s"] is not None else None
         ),
-        "drafts": spec.get("drafts"),
-        "draft_tokens": spec.get("draft_tokens"),
-        "accepted": spec.get("accepted"),
-        "K": spec.get("K"),
-        "alpha": spec.get("alpha"),
-        "accepted_per_pos": spec.get("accepted_per_pos"),
+        **{k: spec.get(k) for k in ("drafts", "draft_tokens", "accepted", "K", "alpha", "accepted_per_pos")},
         "gpu_memory_utilization": step["gpu_memory_utilization"],
         "cudagraph_mode_requested": (step.get("compilation") or {}).get("cudagraph_mode", "default"),
         "cudagraph_mode_effective": eff["cudagraph_mode"],
@@ -306,22 +298,28 @@ def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
     }
 
 
+def cell_identity(study: Study, cell: Cell) -> dict[str, Any]:
+    """The columns that name a cell in every table: run, model and its size and TP, workload, config, method."""
+    spec = study.models[cell.model]
+    return {
+        "run": study.run,
+        "model": cell.model,
+        "model_params_b": float(spec.params_b),
+        "tp": spec.tp,
+        "workload": cell.workload,
+        "config": cell.config,
+        "method": study.ladder[cell.config].method,
+        "group": study.cell_groups[cell],
+    }
+
+
 def load_measurements(study: Study, results: Path, allow_stale: bool = False):
     """rows (one per expected measurement), docs {(model, workload, config, repeat): doc}, stale list."""
     rows, docs, stale = [], {}, []
     for cell, r in sorted(study.schedule(), key=lambda cr: (cr[0], cr[1])):
         key = paths.Key(study.run, cell.model, cell.workload, cell.config, r)
         path = paths.measurement(results, key)
-        spec = study.models[cell.model]
-        base = {
-            "run": study.run,
-            "model": cell.model,
-            "model_params_b": float(spec.params_b),
-            "tp": spec.tp,
-            "workload": cell.workload,
-            "config": cell.config,
-            "method": study.ladder[cell.config].method,
-            "group": study.cell_groups[cell],
+        base = cell_identity(study, cell) | {
             "repeat": r,
             "status": "missing",
             "error": None,
