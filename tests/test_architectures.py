@@ -319,14 +319,16 @@ def test_profiles_h200_shapes_and_preflight():
     shapes = load_study(ROOT / "config" / "h200-shapes.yaml")
     assert shapes.run == "h200-shapes" and shapes.device == "gpu"
     assert {m.name for m in shapes.models.values()} == {
-        "llama-3.1-8b",
+        "qwen2.5-0.5b-instruct",
+        "qwen2.5-1.5b-instruct",
         "qwen2.5-7b-instruct",
-        "phi-3-medium-4k-instruct",
         "qwen2.5-32b-instruct",
     }
     assert all(m.weights == "dummy" and m.tp == 1 for m in shapes.models.values())
     assert shapes.sampling == {"temperature": 1.0, "top_p": 1.0, "ignore_eos": True}
-    assert set(shapes.ladder) == {"vanilla", "ngram", "suffix"} and len(shapes.cells) == 12
+    assert {w: shapes.workloads[w].temperature for w in shapes.workloads} == {"code-t1": 1.0, "code-greedy": 0.0}
+    assert set(shapes.ladder) == {"vanilla", "ngram", "suffix"} and len(shapes.cells) == 24
+    assert shapes.engine == load_study(ROOT / "config" / "config.yaml").engine  # the article's engine settings
     # every shape fits the engine's max_model_len
     for m in shapes.models.values():
         assert shapes.engine["max_model_len"] <= arch.load_architecture(m.architecture)["max_position_embeddings"]

@@ -34,7 +34,7 @@ from specsweep.jobenv import cli_command, interpreter_note
 #: What a plain checkout holds that Snakemake reads.
 CHECKOUT = ("Snakefile", "workflow", "config", "profiles", "envs")
 #: The rules that never start an engine, and so run in envs/light.yaml.
-LIGHT_RULES = {"corpus", "workload", "tables", "render_figures", "figures"}
+LIGHT_RULES = {"corpus", "workload", "tables", "render_figures", "figures", "preflight"}
 IMPORT_LOG = "SPECSWEEP_TEST_IMPORT_LOG"
 #: Appended to the copy's specsweep/__init__.py: every process that imports the copy's package says which
 #: interpreter it is.
@@ -170,6 +170,7 @@ def test_dry_run_commands_resolve_python_from_the_job_environment(checkout, ligh
         ("--configfile", "config/config.yaml"),
         ("--configfile", "config/h200-fidelity.yaml"),
         ("fidelity", "--configfile", "config/h200-fidelity.yaml"),
+        ("preflight", "--configfile", "config/preflight.yaml"),
     ]
     seen: set[str] = set()
     forbidden = {sys.executable, os.path.realpath(sys.executable), str(Path(sys.executable).parent)}
