@@ -21,18 +21,7 @@ def _visible_indices(n: int) -> list[int | str]:
 
 def memory_snapshot(num_devices: int) -> dict[str, Any] | None:
     """Memory used and total (MiB) of the cell's GPUs now, from NVML; None without NVML (CPU)."""
-    with GpuSampler(num_devices) as probe:
-        if not probe.available:
-            return None
-        infos = [probe._nvml.nvmlDeviceGetMemoryInfo(h) for h in probe._handles]
-    used = [round(i.used / 2**20, 1) for i in infos]
-    total = [round(i.total / 2**20, 1) for i in infos]
-    return {
-        "devices": probe.names,
-        "used_mib": used,
-        "total_mib": total,
-        "free_mib": [round(t - u, 1) for t, u in zip(total, used, strict=True)],
-    }
+    return GpuSampler(num_devices).memory_now()
 
 
 class GpuSampler:
@@ -77,6 +66,20 @@ class GpuSampler:
                 mems.append(self._nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20)
             self.samples.append((time.perf_counter() - t0, sum(utils) / len(utils), sum(mems)))
             self._stop.wait(self.interval_s)
+
+    def memory_now(self) -> dict[str, Any] | None:
+        """One reading of the GPUs' memory (no sampling thread): used, total and free MiB per device."""
+        if not self.available:
+            return None
+        infos = [self._nvml.nvmlDeviceGetMemoryInfo(h) for h in self._handles]
+        used = [round(i.used / 2**20, 1) for i in infos]
+        total = [round(i.total / 2**20, 1) for i in infos]
+        return {
+            "devices": self.names,
+            "used_mib": used,
+            "total_mib": total,
+            "free_mib": [round(t - u, 1) for t, u in zip(total, used, strict=True)],
+        }
 
     def __enter__(self) -> GpuSampler:
         if self.available:
