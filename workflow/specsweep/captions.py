@@ -16,8 +16,8 @@ from .figures import (
     SPEC_METHODS,
     Tables,
     Val,
-    _r_val,
     r_at_scale,
+    r_value,
     size_stats,
 )
 from .jsonio import atomic_write_bytes
@@ -190,7 +190,7 @@ def _fig8(data: Tables, _: str) -> str:
     per = []
     for cfg in configs:
         for w in workloads:
-            vals = [f"{sizes[m]:g}B {_v(v)}" for m in models if (v := _r_val(data, (m, w, cfg))) is not None]
+            vals = [f"{sizes[m]:g}B {_v(v)}" for m in models if (v := r_value(data, (m, w, cfg))) is not None]
             if vals:
                 per.append(f"{cfg} on {w}: " + ", ".join(vals))
     lo, hi = ARTICLE_R_BAND

@@ -1502,7 +1502,7 @@ def r_at_scale(data: Tables) -> tuple[list[str], dict[str, float], list[str], li
     return models, {m: cast(float, sizes[m]) for m in models}, configs, code or common
 
 
-def _r_val(data: Tables, cell: Cell) -> Val | None:
+def r_value(data: Tables, cell: Cell) -> Val | None:
     """R over decode steps where the prefill probe ran, else over all steps."""
     return data.spd(cell, "R_decode") or data.spd(cell, "R")
 
@@ -1536,13 +1536,16 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
         lo, hi = ARTICLE_R_BAND
         ax.axhspan(lo, hi, color="#dddddd", zorder=0, label=f"article: R {lo:.2f}–{hi:.2f} (70B, TP 8)")
         ax.axhline(1.0, color="black", linewidth=0.6)
-        rvals: dict[tuple[str, str, str], Val] = {}
+        rvals = {
+            (m, w, cfg): v
+            for cfg in configs
+            for w in workloads
+            for m in models
+            if (v := r_value(data, (m, w, cfg))) is not None
+        }
         for cfg in configs:
             for wi, w in enumerate(workloads):
-                pts = [(sizes[m], v) for m in models if (v := _r_val(data, (m, w, cfg))) is not None]
-                for m in models:
-                    if (v := _r_val(data, (m, w, cfg))) is not None:
-                        rvals[(m, w, cfg)] = v
+                pts = [(sizes[m], rvals[(m, w, cfg)]) for m in models if (m, w, cfg) in rvals]
                 if not pts:
                     continue
                 ax.plot(
