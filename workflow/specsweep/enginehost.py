@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from .errors import SpecsweepError
+from .errors import EngineStartError, SpecsweepError
 
 IDLE_S = float(os.environ.get("SPECSWEEP_ENGINE_IDLE_S", "300"))
 START_TIMEOUT_S = float(os.environ.get("SPECSWEEP_ENGINE_START_TIMEOUT_S", "3600"))
@@ -271,7 +271,8 @@ def ensure_host(key: str, argv: list[str], log_path: Path, d: Path, run_id: int 
             except (OSError, ValueError):
                 rec = {}
             if rec.get("run_id") == run_id:
-                raise SpecsweepError(f"not retried in this run: {rec.get('message')}")
+                again = "not retried in this run: "
+                raise EngineStartError(again + str(rec.get("message")), again + str(rec.get("reason")))
         hosts = live_hosts(d)
         if key in hosts:
             rec = hosts[key]
@@ -279,9 +280,10 @@ def ensure_host(key: str, argv: list[str], log_path: Path, d: Path, run_id: int 
             deadline = time.monotonic() + START_TIMEOUT_S
             while not _sock(d, key).exists() and time.monotonic() < deadline:
                 if not _pid_alive(rec.get("pid")):
-                    raise SpecsweepError(
-                        f"engine {key}: the engine host (pid {rec.get('pid')}) exited before it "
-                        f"was ready: {_last_line(Path(rec.get('log') or d / 'none'))}"
+                    reason = _last_line(Path(rec.get("log") or d / "none"))
+                    raise EngineStartError(
+                        f"engine {key}: the engine host (pid {rec.get('pid')}) exited before it was ready: {reason}",
+                        reason,
                     )
                 time.sleep(0.2)
             return {"spawned": False, "spawned_at": rec.get("spawned_at"), "pid": rec["pid"]}
@@ -304,13 +306,14 @@ def ensure_host(key: str, argv: list[str], log_path: Path, d: Path, run_id: int 
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 _record(d, key).unlink(missing_ok=True)
+                reason = _last_line(log_path)
                 message = (
                     f"engine {key}: the engine host exited with code {proc.returncode} before it "
-                    f"was ready: {_last_line(log_path)} (log: {log_path})"
+                    f"was ready: {reason} (log: {log_path})"
                 )
                 if run_id is not None:
-                    memo.write_text(json.dumps({"run_id": run_id, "message": message}))
-                raise SpecsweepError(message)
+                    memo.write_text(json.dumps({"run_id": run_id, "message": message, "reason": reason}))
+                raise EngineStartError(message, reason)
             if _sock(d, key).exists() and ping(_sock(d, key)):
                 return {"spawned": True, "spawned_at": spawned_at, "pid": proc.pid}
             time.sleep(0.2)

@@ -20,3 +20,12 @@ class SpecsweepError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(one_line(message))
+
+
+class EngineStartError(SpecsweepError):
+    """An engine host that exited before its engine was ready. `reason` is the host's own one-line error
+    (vLLM's refusal, out of memory, ...), without the host's key, exit code and log path."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = one_line(reason)

@@ -20,62 +20,41 @@ whose start failed is started once per workflow run, not once per cell (engineho
 from __future__ import annotations
 
 import json
-import re
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from . import paths, slots
 from .architectures import is_dummy, load_architecture
 from .config import Cell, Study
-from .errors import SpecsweepError
+from .errors import EngineStartError, SpecsweepError
 from .jsonio import atomic_write_bytes, atomic_write_json, read_json
 
 FORMAT = "specsweep-preflight/1"
-COLUMNS = (
-    "model",
-    "params_b",
-    "tp",
-    "config",
-    "workload",
-    "status",
-    "engine_start_s",
-    "cudagraph_mode",
-    "tensor_parallel_size",
-    "max_model_len",
-    "num_gpu_blocks",
-    "kv_tokens",
-    "max_concurrency",
-    "gpu_mem_total_gib",
-    "gpu_mem_used_gib",
-    "gpu_mem_free_gib",
-    "output_tok_s",
-    "error",
+#: report.parquet's columns and their kinds: f float, i integer, s string.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("model", "s"),
+    ("params_b", "f"),
+    ("tp", "i"),
+    ("config", "s"),
+    ("workload", "s"),
+    ("status", "s"),
+    ("engine_start_s", "f"),
+    ("cudagraph_mode", "s"),
+    ("tensor_parallel_size", "i"),
+    ("max_model_len", "i"),
+    ("num_gpu_blocks", "i"),
+    ("kv_tokens", "i"),
+    ("max_concurrency", "f"),
+    ("gpu_mem_total_gib", "f"),
+    ("gpu_mem_used_gib", "f"),
+    ("gpu_mem_free_gib", "f"),
+    ("output_tok_s", "f"),
+    ("error", "s"),
 )
-
-#: Column types of report.parquet (the rest are strings).
-TYPES: dict[str, Any] = {}
-
-
-def _types() -> None:
-    import pyarrow as pa
-
-    for c in (
-        "params_b",
-        "engine_start_s",
-        "max_concurrency",
-        "gpu_mem_total_gib",
-        "gpu_mem_used_gib",
-        "gpu_mem_free_gib",
-        "output_tok_s",
-    ):
-        TYPES[c] = pa.float64()
-    for c in ("tp", "tensor_parallel_size", "max_model_len", "num_gpu_blocks", "kv_tokens"):
-        TYPES[c] = pa.int64()
-
-
-def verdict_path(root: Path | str, run: str, cell: Cell) -> Path:
-    return paths.preflight(root, run, cell.model, cell.workload, cell.config)
+#: What an engine row (model, ladder step) takes from its cells: everything but the per-cell columns.
+ENGINE_COLUMNS = tuple(c for c, _ in COLUMNS if c not in ("workload", "status", "error", "output_tok_s"))
 
 
 def static_facts(study: Study, cell: Cell) -> dict[str, Any]:
@@ -152,24 +131,19 @@ def preflight_cell(
         try:
             doc = run_cell(study, key, root, workload_path, model_path, config_path, log_path, True, watch_pid)
             record |= {"status": "ok", "error": None} | from_doc(doc)
+        except EngineStartError as exc:  # the host's own reason, not its key, exit code and log path
+            record |= {"status": "failed", "error": exc.reason}
         except SpecsweepError as exc:
-            record |= {"status": "failed", "error": _short_error(str(exc))}
+            record |= {"status": "failed", "error": str(exc)}
     record["finished_at"] = time.time()
     atomic_write_json(out, record)
     return record
 
 
-def _short_error(text: str) -> str:
-    """The error without the engine host's wrapping (its key, exit code and log path are in the cell's log)."""
-    text = re.sub(r"engine [0-9a-f]{16}: the engine host exited with code -?\d+ before it was ready: ", "", text)
-    text = re.sub(r" \(log: [^)]*\)$", "", text).removeprefix("engine start failed: ")
-    return text[:400]
-
-
 def load_verdicts(study: Study, root: Path | str) -> list[dict[str, Any]]:
     rows = []
     for cell in study.cells:
-        p = verdict_path(root, study.run, cell)
+        p = paths.preflight(root, study.run, cell.model, cell.workload, cell.config)
         if p.is_file():
             rec = read_json(p, "preflight verdict")
             if not isinstance(rec, dict) or rec.get("format") != FORMAT:
@@ -192,36 +166,26 @@ def _fmt(v: Any) -> str:
 def engine_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (model, ladder step): ok only when every workload ran; the first error otherwise."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
+    statuses: dict[tuple[str, str], set[str]] = {}
     for r in rows:
         k = (r["model"], r["config"])
-        e = out.setdefault(
-            k,
-            {c: r.get(c) for c in COLUMNS if c not in ("workload", "status", "error", "output_tok_s")}
-            | {"workloads": 0, "ok": 0, "statuses": set(), "error": None},
-        )
+        e = out.setdefault(k, {c: r.get(c) for c in ENGINE_COLUMNS} | {"workloads": 0, "ok": 0, "error": None})
         e["workloads"] += 1
         e["ok"] += r["status"] == "ok"
-        e["statuses"].add(r["status"])
+        statuses.setdefault(k, set()).add(r["status"])
         if r["status"] == "ok" and e.get("engine_start_s") is None:
-            e |= {c: r.get(c) for c in COLUMNS if c not in ("workload", "status", "error", "output_tok_s")}
+            e |= {c: r.get(c) for c in ENGINE_COLUMNS}
         if r.get("error") and not e["error"]:
             e["error"] = r["error"]
-    result = []
-    for e in out.values():
-        st = e.pop("statuses")
-        e["verdict"] = (
-            "ok"
-            if st == {"ok"}
-            else "refused"
-            if st == {"refused"}
-            else "not run"
-            if st == {"not run"}
-            else "failed"
-            if "failed" in st
-            else "partial"
-        )
-        result.append(e)
-    return result
+    return [e | {"verdict": _engine_verdict(statuses[k])} for k, e in out.items()]
+
+
+def _engine_verdict(statuses: set[str]) -> str:
+    """ok, refused or not run when every cell says so; failed when any cell failed; else partial."""
+    for same in ("ok", "refused", "not run"):
+        if statuses == {same}:
+            return same
+    return "failed" if "failed" in statuses else "partial"
 
 
 def report(study: Study, root: Path | str, out_dir: Path) -> dict[str, Any]:
@@ -230,16 +194,12 @@ def report(study: Study, root: Path | str, out_dir: Path) -> dict[str, Any]:
 
     from .tables import _parquet_bytes, _table
 
-    _types()
+    kinds = {"f": pa.float64(), "i": pa.int64(), "s": pa.string()}
     rows = load_verdicts(study, root)
-    table = _table(rows, [(c, TYPES.get(c, pa.string())) for c in COLUMNS], {"run": study.run})
+    table = _table(rows, [(c, kinds[k]) for c, k in COLUMNS], {"run": study.run})
     engines = engine_rows(rows)
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    verdicts: dict[str, int] = {}
-    for e in engines:
-        verdicts[e["verdict"]] = verdicts.get(e["verdict"], 0) + 1
+    counts = dict(Counter(r["status"] for r in rows))
+    verdicts = dict(Counter(e["verdict"] for e in engines))
 
     head = [
         "model",

@@ -136,13 +136,14 @@ def build_doc(
     }
 
 
-def one_line(exc: BaseException) -> str:
-    """An exception as one informative line: pydantic's "Value error, ..." line (vLLM's config checks), else
-    the message's first line, with the exception's type."""
+def informative_line(exc: BaseException) -> str:
+    """The line of an exception that says why: pydantic's "Value error, ..." line (vLLM's config checks), else
+    the message's first line, with the exception's type (SpecsweepError then makes it one line of at most
+    errors.MAX_MESSAGE characters)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     pick = next((ln for ln in lines if ln.startswith("Value error,")), lines[0] if lines else "")
     pick = pick.removeprefix("Value error, ").split(" [type=")[0]
-    return f"{type(exc).__name__}: {pick}"[:400]
+    return f"{type(exc).__name__}: {pick}"
 
 
 def run_engine_host(study: Study, cell: Cell, repeat: int, model_path: str | None, key: str) -> None:
@@ -156,7 +157,7 @@ def run_engine_host(study: Study, cell: Cell, repeat: int, model_path: str | Non
     except SpecsweepError:
         raise
     except Exception as exc:  # vLLM refused or failed to start this engine: one line, the informative one
-        raise SpecsweepError(f"engine start failed: {one_line(exc)}") from exc
+        raise SpecsweepError(f"engine start failed: {informative_line(exc)}") from exc
     print(f"engine {key}: ready in {engine.import_s:.1f} s import + {engine.engine_start_s:.1f} s start", flush=True)
 
     def handle(msg: dict[str, Any]) -> dict[str, Any]:
