@@ -233,6 +233,17 @@ def cmd_preflight_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preflight_plan(args: argparse.Namespace) -> int:
+    from . import preflight
+
+    lanes = preflight.plan(_study(args), args.gpus)
+    if not 0 <= args.lane < len(lanes):
+        raise SpecsweepError(f"preflight-plan: --lane {args.lane}: there are lanes 0..{len(lanes) - 1}")
+    for path in lanes[args.lane]:
+        print(path)
+    return 0
+
+
 def cmd_engines(args: argparse.Namespace) -> int:
     from . import enginehost
 
@@ -399,6 +410,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--watch-pid", type=int)
     sp = add("preflight-report", cmd_preflight_report, "the preflight verdicts of a run as one table")
     sp.add_argument("--results", default="results")
+    sp = add("preflight-plan", cmd_preflight_plan, "the preflight cells split into lanes that run at once")
+    sp.add_argument("--gpus", type=int, required=True, help="the node's GPUs: one lane each")
+    sp.add_argument("--lane", type=int, required=True, help="0: cells refused from the config alone; 1..gpus")
     sp = sub.add_parser("engines", help="list (or --stop) the engine hosts of this working folder")
     sp.add_argument("--stop", action="store_true")
     sp.add_argument("--config", help="ignored (for symmetry with the other subcommands)")

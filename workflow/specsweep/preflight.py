@@ -8,7 +8,9 @@ verdict, whatever happens, so one failing cell never stops the others:
 results/{run}/preflight/{model}/{workload}/{config}.json
     status  ok        the engine started and the cell generated
             failed    the first error, one line (vLLM's config checks, out of memory, graph capture, ...)
-            refused   the cell needs more GPUs (its TP) than this machine has: nothing was started
+            refused   vLLM would refuse the engine, known without starting it (static_refusal): more GPUs
+                      (its TP) than this machine has, a TP size that does not divide the attention heads,
+                      or max_model_len beyond the model's positions
     and, when the engine started: its start time, effective CUDA-graph mode and TP, KV-cache blocks and
     tokens, the concurrency they hold at max_model_len, and the GPU memory used and free after the start.
 
@@ -20,6 +22,7 @@ whose start failed is started once per workflow run, not once per cell (engineho
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,6 +33,7 @@ from .architectures import is_dummy, load_architecture
 from .config import Cell, Study
 from .errors import EngineStartError, SpecsweepError
 from .jsonio import atomic_write_bytes, atomic_write_json, read_json
+from .preflight_checks import check_model_dir
 
 FORMAT = "specsweep-preflight/1"
 #: report.parquet's columns and their kinds: f float, i integer, s string.
@@ -57,15 +61,82 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 ENGINE_COLUMNS = tuple(c for c, _ in COLUMNS if c not in ("workload", "status", "error", "output_tok_s"))
 
 
-def static_facts(study: Study, cell: Cell) -> dict[str, Any]:
-    """What the architecture says before anything starts: positions against max_model_len."""
+#: The config.json keys from which vLLM derives a model's positions (derive_max_model_len_and_key in
+#: vllm/transformers_utils/model_arch_config_convertor.py: the smallest present; `model_max_length` wins).
+#: Refusing only above the largest of them never refuses what vLLM would accept.
+POSITION_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+    "model_max_length",
+)
+
+
+def model_config(study: Study, cell: Cell, model_path: str | None) -> dict[str, Any] | None:
+    """The config.json the engine will read: the local model folder's (built or named by hf_id), else the
+    architecture's (`weights: dummy`); None for a hub id, whose config is not here."""
+    from .engine import resolve_model
+
     spec = study.models[cell.model]
+    if model_path is None and is_dummy(spec) and spec.architecture:
+        return dict(load_architecture(spec.architecture))
+    source = resolve_model(study, cell, model_path)
+    return check_model_dir(source) if Path(source).is_dir() else None
+
+
+def static_facts(study: Study, cell: Cell, config: dict[str, Any] | None) -> dict[str, Any]:
+    """What the model's config.json says before anything starts: positions against max_model_len."""
     engine = study.cell_settings(cell)["engine"]
-    positions = None
-    if is_dummy(spec) and spec.architecture:
-        arch = load_architecture(spec.architecture)
-        positions = arch.get("max_position_embeddings")
+    positions = (config or {}).get("max_position_embeddings")
     return {"max_position_embeddings": positions, "max_model_len_requested": engine.get("max_model_len")}
+
+
+def _scales_positions(rope: Any) -> bool:
+    """A RoPE entry (or one per layer type) that may change the positions vLLM derives: any factor, or a type
+    other than the default."""
+    if not isinstance(rope, dict):
+        return False
+    if all(isinstance(v, dict) for v in rope.values()) and rope:
+        return any(_scales_positions(v) for v in rope.values())
+    return "factor" in rope or rope.get("rope_type", rope.get("type", "default")) not in ("default", None)
+
+
+def allow_long(env: dict[str, str]) -> bool:
+    """VLLM_ALLOW_LONG_MAX_MODEL_LEN set for the engine (by the config, or exported where the workflow runs)."""
+    value = env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", ""))
+    return value.strip().lower() not in ("", "0", "false")
+
+
+def static_refusal(study: Study, cell: Cell, config: dict[str, Any] | None, gpus: int | None) -> str | None:
+    """Why vLLM would refuse this cell's engine, known from the config and the model's config.json alone, or
+    None (then only a start tells). Only what vLLM itself checks, and only where the answer is certain: a
+    config with RoPE scaling, or with VLLM_ALLOW_LONG_MAX_MODEL_LEN set, is left to vLLM."""
+    tp = study.models[cell.model].tp
+    if gpus is not None and tp > gpus:
+        return f"needs {tp} GPUs (tp {tp}); this machine has {gpus}"
+    if not config:
+        return None
+    heads = config.get("num_attention_heads", config.get("n_head"))
+    if isinstance(heads, int) and heads > 0 and heads % tp:
+        return f"tp {tp} does not divide the model's {heads} attention heads (vLLM refuses it at engine start)"
+    settings = study.cell_settings(cell)
+    max_len = settings["engine"].get("max_model_len")
+    scaled = any(_scales_positions(config.get(k)) for k in ("rope_scaling", "rope_parameters"))
+    if not isinstance(max_len, int) or scaled or allow_long(settings["env"]):
+        return None
+    known = {k: v for k in POSITION_KEYS if isinstance(v := config.get(k), int) and v > 0}
+    if known and max_len > max(known.values()):
+        names = ", ".join(f"{k} {v}" for k, v in known.items())
+        return (
+            f"engine.max_model_len {max_len} is more than the model's positions ({names} in its config.json);"
+            " vLLM refuses it at engine start"
+        )
+    return None
 
 
 def _gib(mib: list[float] | None) -> float | None:
@@ -120,12 +191,20 @@ def preflight_cell(
         "params_b": spec.params_b,
         "tp": spec.tp,
         "weights": spec.weights,
-        "static": static_facts(study, cell),
         "started_at": time.time(),
     }
-    gpus = len(slots.node_gpu_ids()) if study.device == "gpu" else None
-    if gpus is not None and spec.tp > gpus:
-        record |= {"status": "refused", "error": f"needs {spec.tp} GPUs (tp {spec.tp}); this machine has {gpus}"}
+    refusal: str | None = None
+    failure: str | None = None
+    try:
+        config = model_config(study, cell, model_path)
+    except SpecsweepError as exc:  # the model folder itself is wrong: the cell fails as its run would
+        config, failure = None, str(exc)
+    else:
+        gpus = len(slots.node_gpu_ids()) if study.device == "gpu" else None
+        refusal = static_refusal(study, cell, config, gpus)
+    record["static"] = static_facts(study, cell, config)
+    if failure or refusal:
+        record |= {"status": "failed" if failure else "refused", "error": failure or refusal}
     else:
         key = paths.Key(study.run, cell.model, cell.workload, cell.config, 1)
         try:
@@ -138,6 +217,38 @@ def preflight_cell(
     record["finished_at"] = time.time()
     atomic_write_json(out, record)
     return record
+
+
+def plan(study: Study, gpus: int) -> list[list[str]]:
+    """The preflight cells of a node with `gpus` GPUs as lanes that can run at once: lane 0 holds the cells
+    refused from the config alone (no engine, no GPU: any number at once), lanes 1..gpus the rest, whole
+    models per lane (an engine is never started in two lanes), the models with the most engines first, each
+    to the lane with the fewest engines so far (ties: the smaller total size). Engine starts dominate a
+    preflight and barely depend on the model's size up to 7B (33-82 s on an H200), hence engines as the cost.
+    Each lane is a list of verdict paths (relative to the working folder)."""
+    if gpus < 1:
+        raise SpecsweepError(f"preflight plan: needs at least one GPU, got {gpus}")
+    refused: list[str] = []
+    engines: dict[str, set[str]] = {}
+    cells: dict[str, list[str]] = {}
+    for cell in study.cells:
+        path = str(paths.preflight(Path("results"), study.run, cell.model, cell.workload, cell.config))
+        try:
+            refusal = static_refusal(study, cell, model_config(study, cell, None), gpus)
+        except SpecsweepError:  # a model built by a rule, not there yet: the lane's job will say
+            refusal = None
+        if refusal:
+            refused.append(path)
+        else:
+            engines.setdefault(cell.model, set()).add(cell.config)
+            cells.setdefault(cell.model, []).append(path)
+    lanes: list[list[str]] = [[] for _ in range(gpus)]
+    load = [(0, 0.0)] * gpus
+    for model in sorted(engines, key=lambda m: (-len(engines[m]), -study.models[m].params_b, m)):
+        i = min(range(gpus), key=lambda j: (load[j], j))
+        lanes[i] += cells[model]
+        load[i] = (load[i][0] + len(engines[model]), load[i][1] + study.models[model].params_b)
+    return [refused, *lanes]
 
 
 def load_verdicts(study: Study, root: Path | str) -> list[dict[str, Any]]:
