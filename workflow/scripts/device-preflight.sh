@@ -27,7 +27,8 @@ for lane in $(seq 0 "$gpus"); do
   mapfile -t targets < <(python3 -m specsweep.cli preflight-plan --config "$config" --gpus "$gpus" --lane "$lane")
   [ ${#targets[@]} -gt 0 ] || continue
   dir=/tmp/specsweep-lane$lane
-  rm -rf "$dir" && mkdir -p "$dir" && cp -a "$here/." "$dir/" && rm -rf "$dir/.snakemake"
+  # a lane folder left by an earlier call of the same warm machine keeps its verdicts: the lane resumes
+  mkdir -p "$dir" && cp -a "$here/." "$dir/" && rm -rf "$dir/.snakemake/locks"
   # lane 0 starts no engine: its cells only read config.json files, so any number run at once
   cores=1 gpu_res=1
   [ "$lane" -eq 0 ] && cores=8 gpu_res=$((gpus * 1000))
