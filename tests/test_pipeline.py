@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -214,6 +215,27 @@ def test_rerun_one_cell_by_path(tiny_run):
     proc = snakemake(work, "-n", "--configfile", str(tiny_run["config"]), "--cores", "1")
     jobs = _jobs(proc)
     assert "measure" not in jobs and jobs.get("tables") == "1"
+
+
+def test_resume_without_workload_files_measures_only_the_missing_cell(tiny_run, tmp_path):
+    """A run resumed where its workload files are not (a fresh checkout, another node: they are not
+    committed): after `snakemake prepare` only the missing cell is planned, not every cell that reads a
+    rebuilt workload file (Snakemake would re-measure them all; the cells' inputs are `ancient`)."""
+    work = tiny_run["work"]
+    target = _path("ngram", 1)
+    workloads = work / "results/tiny/workloads"
+    shutil.move(workloads, tmp_path / "workloads")
+    shutil.move(work / target, tmp_path / "cell.json")
+    try:
+        # without prepare: the rebuilt workload file would re-measure every code cell
+        proc = snakemake(work, "-n", "--configfile", str(tiny_run["config"]), "--cores", "1")
+        assert int(_jobs(proc)["measure"]) > 1
+        snakemake(work, "prepare", "--configfile", str(tiny_run["config"]), "--cores", "1")
+        assert sorted(p.name for p in workloads.iterdir()) == sorted(p.name for p in (tmp_path / "workloads").iterdir())
+        proc = snakemake(work, "-n", "--configfile", str(tiny_run["config"]), "--cores", "1")
+        assert _jobs(proc)["measure"] == "1" and target in proc.stdout
+    finally:
+        shutil.move(tmp_path / "cell.json", work / target)
 
 
 def test_kill_9_then_rerun_loses_nothing(tiny_run):

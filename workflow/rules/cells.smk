@@ -3,8 +3,11 @@
 # of the schedule; the job writes the cell. See README, "Engine reuse".
 rule measure:
     input:
-        workload=workload_file,
-        model=model_dir,
+        # ancient: a workload or model folder rebuilt (a fresh checkout, another machine) must not re-measure
+        # the cells already there: the workload file's name carries its config hash and the job checks it
+        # (and the model folder) before measuring; a changed setting is the params trigger's and the tables'
+        workload=ancient(workload_file),
+        model=ancient(model_dir),
     output:
         "results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json",
     log:

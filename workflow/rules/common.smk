@@ -2,6 +2,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from snakemake.utils import validate
 
@@ -224,6 +225,15 @@ def model_dir(wildcards) -> list[str]:
     if wildcards.model in BUILT_MODELS or wildcards.model in FETCHED_MODELS:
         return [f"resources/models/{wildcards.model}"]
     return [os.path.expanduser(STUDY.models[wildcards.model].hf_id)]
+
+
+def prepare_paths() -> list[str]:
+    """The workload files and model folders of every cell (`snakemake prepare`)."""
+    workloads = sorted({c.workload for c in STUDY.cells})
+    models = sorted({c.model for c in STUDY.cells})
+    return [workload_file(SimpleNamespace(workload=w)) for w in workloads] + [
+        d for m in models for d in model_dir(SimpleNamespace(model=m))
+    ]
 
 
 def model_arg(wildcards) -> str:

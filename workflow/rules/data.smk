@@ -148,3 +148,13 @@ rule dummy_model:
     shell:
         "{params.cli} dummy-model --architecture {params.architecture:q} --architectures {params.root:q} "
         "--tokenizer-from {input.tokenizer:q} --out {output:q} > {log:q} 2>&1"
+
+
+# `snakemake prepare`: the workload files and model folders of the config, alone. Run it first where a run
+# resumes without them (a fresh checkout or another node: they are not committed). Built in the same
+# Snakemake run as the cells, a workload file made anew re-measures every cell that reads it; made before,
+# it is older news (the cells' inputs are `ancient`) and only the missing cells run.
+rule prepare:
+    input:
+        prepare_paths(),
+    localrule: True

@@ -24,6 +24,19 @@ if [ -f "$gguf" ]; then
   export SPECSWEEP_GGUF=$gguf
 fi
 export PYTHONPATH=$PWD/workflow:$PYTHONPATH SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
+# the workload files and model folders first, in a Snakemake run of their own (`snakemake prepare`): they are
+# not in the working tree this machine got, and made in the same run as the cells they would re-measure
+# every cell already there (README, "Resuming a run elsewhere")
+prep=() take=0
+for a in "$@"; do
+  case $a in
+    --configfile | --config) prep+=("$a") take=1 ;;
+    --configfile=* | --config=*) prep+=("$a") take=0 ;;
+    -*) take=0 ;;
+    *) if [ "$take" -eq 1 ]; then prep+=("$a"); fi ;;
+  esac
+done
+python3 -m snakemake prepare --cores 1 "${prep[@]}" >/dev/null 2>&1 || echo "snakemake prepare failed"
 timeout --signal=INT --kill-after=20 "$budget" python3 -m snakemake "$@"
 rc=$?
 echo "snakemake exit $rc"
