@@ -163,3 +163,21 @@ def test_plan_splits_the_paper_preflight_into_lanes():
     assert one[0] == lanes[0] and sorted(one[1]) == sorted(lanes[1] + lanes[2])
     # on eight GPUs the TP-4 and TP-8 models can start: only opt-125m and Phi-3 are refused
     assert sorted({p.split("/")[3] for p in plan(study, 8)[0]}) == ["opt-125m", "phi-3-medium-4k-instruct"]
+
+
+def test_committed_preflight_report_rerenders(tmp_path):
+    """The committed preflight of the paper config on one H200 (README, "Measured"): its report is a function
+    of the committed verdicts, re-rendered byte-identical here without a GPU."""
+    from specsweep.config import load_study
+    from specsweep.preflight import report
+
+    root = Path(__file__).parents[1]
+    study = load_study(root / "config" / "preflight.yaml")
+    summary = report(study, root / "results", tmp_path)
+    committed = root / "results" / "preflight" / "preflight"
+    for name in ("report.md", "report.parquet", "summary.json"):
+        assert (tmp_path / name).read_bytes() == (committed / name).read_bytes(), name
+    assert summary["cells"] == {"not run": 42, "ok": 6, "refused": 108}
+    ok = [r for r in pq.read_table(committed / "report.parquet").to_pylist() if r["status"] == "ok"]
+    assert {(r["model"], r["config"]) for r in ok} == {("qwen2.5-0.5b-instruct", c) for c in ("vanilla", "ngram")}
+    assert all(r["num_gpu_blocks"] > 0 and r["gpu_mem_free_gib"] > 0 for r in ok)
