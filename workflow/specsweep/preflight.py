@@ -193,18 +193,18 @@ def preflight_cell(
         "weights": spec.weights,
         "started_at": time.time(),
     }
-    refusal: str | None = None
-    failure: str | None = None
+    known: tuple[str, str] | None = None  # (status, error) known before anything starts
     try:
         config = model_config(study, cell, model_path)
     except SpecsweepError as exc:  # the model folder itself is wrong: the cell fails as its run would
-        config, failure = None, str(exc)
+        config, known = None, ("failed", str(exc))
     else:
         gpus = len(slots.node_gpu_ids()) if study.device == "gpu" else None
-        refusal = static_refusal(study, cell, config, gpus)
+        if refusal := static_refusal(study, cell, config, gpus):
+            known = ("refused", refusal)
     record["static"] = static_facts(study, cell, config)
-    if failure or refusal:
-        record |= {"status": "failed" if failure else "refused", "error": failure or refusal}
+    if known:
+        record |= {"status": known[0], "error": known[1]}
     else:
         key = paths.Key(study.run, cell.model, cell.workload, cell.config, 1)
         try:
