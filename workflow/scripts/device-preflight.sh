@@ -22,6 +22,10 @@ here=$PWD
 gpus=${SPECSWEEP_PREFLIGHT_GPUS:-$(nvidia-smi -L | grep -c '^GPU ')}
 run=$(python3 -c 'import sys; from specsweep.config import load_study; print(load_study(sys.argv[1]).run)' "$config") || exit 1
 echo "preflight of run $run on $gpus GPUs"
+# the workload files and model folders before any lane (see device-run.sh): verdicts already in the working
+# tree are then not made again
+python3 -m snakemake prepare --cores 1 --configfile "$config" --config sonnet_path="$sonnet" >/dev/null 2>&1 ||
+  echo "snakemake prepare failed"
 pids=()
 for lane in $(seq 0 "$gpus"); do
   mapfile -t targets < <(python3 -m specsweep.cli preflight-plan --config "$config" --gpus "$gpus" --lane "$lane")

@@ -280,6 +280,7 @@ class Engine:
             "gen_wall_s": gen_wall_s,
             "gpu": sampler.summary(),
             "driver": sampler.driver if sampler.available else None,
+            "gpu_uuids": sampler.uuids if sampler.available else None,
             "position": position,
             "resets": resets,
             "effective": effective_settings(llm),

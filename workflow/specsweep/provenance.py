@@ -56,6 +56,20 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def boot_id() -> str | None:
+    """The kernel's id of this boot (Linux): a fresh VM, a reboot or another node gives another id, so two cells
+    with one boot id ran on one machine in one session of it. None where the kernel does not say."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def machine(gpu_uuids: list[str] | None) -> dict[str, Any]:
+    """The machine a cell ran on: its boot id (what the tables compare) and the UUIDs of the cell's GPUs."""
+    return {"boot_id": boot_id(), "gpu_uuids": gpu_uuids}
+
+
 def device_info(tp: int) -> dict[str, Any]:
     import torch
 

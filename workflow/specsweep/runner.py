@@ -126,6 +126,7 @@ def build_doc(
             "versions": provenance.versions(),
             "device": provenance.device_info(spec.tp) | {"driver": gpu["driver"] if gpu else raw["driver"]},
             "host": socket.gethostname(),
+            "machine": provenance.machine(raw["gpu_uuids"]),
             "platform": platform.platform(),
             "harness": "specsweep.runner (vllm.LLM.generate, offline)",
             "gpu_slots": engine.gpu_slots,

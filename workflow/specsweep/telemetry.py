@@ -35,6 +35,7 @@ class GpuSampler:
         self._handles: list[Any] = []
         self.driver: str | None = None
         self.names: list[str] = []
+        self.uuids: list[str] = []
         try:
             import pynvml  # nvidia-ml-py
 
@@ -48,6 +49,8 @@ class GpuSampler:
                 self._handles.append(h)
                 name = pynvml.nvmlDeviceGetName(h)
                 self.names.append(name.decode() if isinstance(name, bytes) else name)
+                uuid = pynvml.nvmlDeviceGetUUID(h)
+                self.uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
             drv = pynvml.nvmlSystemGetDriverVersion()
             self.driver = drv.decode() if isinstance(drv, bytes) else drv
         except Exception:  # no NVML library, no GPU: telemetry is absent, not faked
