@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from conftest import ROOT, snakemake, stop_engines
 from specsweep import cells, paths, provenance, tables
@@ -384,3 +385,30 @@ def test_kill_9_of_snakemake_alone_writes_no_late_cell(tiny_run):
     snakemake(work, "--unlock", "--configfile", str(tiny_run["config"]))
     snakemake(work, "--configfile", str(tiny_run["config"]), "--cores", "1")
     cells.load(work / target, expect=("tiny", MODEL, "sonnet", "ngram"))
+
+
+def test_a_run_that_skips_a_requested_cell_fails(tmp_path, smoke_cfg, sonnet):
+    """Snakemake 9.27 can pass over a job whose `ancient` input it remakes in the same run (dag.py masks the
+    jobs below a job that reruns, then skips them because their ancient input exists): the run then ended
+    "successful" without the cell. Triggered here as in a copied folder: the model's input set changes (its
+    architecture) while its folder exists. The run must fail, naming the missing cell; a second run makes it."""
+    cfg = dict(smoke_cfg, run="masked", sonnet_path=str(sonnet), repeats=1, headline_model="m")
+    cfg["models"] = [{"name": "m", "weights": "dummy", "architecture": "opt-125m", "params_b": 0.125, "tp": 1}]
+    cfg["workloads"] = {"code": smoke_cfg["workloads"]["code"]}
+    cfg["ladder"] = {"vanilla": smoke_cfg["ladder"]["vanilla"]}
+    cfg["groups"] = {"g": {"models": ["m"], "workloads": ["code"], "configs": ["vanilla"]}}
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    cfg["models"] = [dict(cfg["models"][0], architecture="qwen2.5-0.5b-instruct")]
+    second.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    work = tmp_path / "work"
+    work.mkdir()
+    snakemake(work, "prepare", "--configfile", str(first), "--cores", "1")
+    target = "results/masked/cells/m/code/vanilla/r1.json"
+    proc = snakemake(work, target, "--configfile", str(second), "--cores", "1", check=False)
+    assert "dummy_model" in proc.stdout + proc.stderr  # the model folder was remade ...
+    assert json.loads((work / "resources/models/m/config.json").read_text())["model_type"] == "qwen2"
+    # ... and the cell passed over: not a silent success
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert f"specsweep: error: Snakemake finished without making 1 requested file(s) (first: {target})" in proc.stderr
+    assert not (work / target).exists()

@@ -294,9 +294,34 @@ def stop_engines() -> None:
     )
 
 
-# The engine hosts of this folder end with the workflow (they also end on their own when idle).
+def missing_targets() -> list[str]:
+    """The requested files (targets given by path, or the outputs of the target rules) that a run which
+    "succeeded" did not make. Snakemake 9.27 (dag.py, update_needrun) can skip a job whose output is
+    missing: when a job producing its `ancient` input (a model folder, a workload file) reruns although
+    its output exists (e.g. the input set changed: another folder, another corpus path), every job below
+    it is masked and then passed over because its ancient input exists. None with --until/--omit-from.
+    """
+    dag = workflow.dag
+    if dag.untilrules or dag.untilfiles or dag.omitrules or dag.omitfiles:
+        return []
+    wanted = set(dag.targetfiles)
+    for job in dag.targetjobs:
+        wanted.update(job.output)
+    return sorted(f for f in wanted if not os.path.exists(f))
+
+
+# The engine hosts of this folder end with the workflow (they also end on their own when idle). A run that
+# ends "successful" without what was asked fails instead of passing silently.
 onsuccess:
     stop_engines()
+    if missing := missing_targets():
+        print(
+            f"specsweep: error: Snakemake finished without making {len(missing)} requested file(s) "
+            f"(first: {missing[0]}): a model folder or workload file was remade in this run and Snakemake "
+            "then skipped the jobs that read it; run the same command again (or `snakemake prepare` first)",
+            file=sys.stderr,
+        )
+        sys.exit(1)
 
 
 onerror:

@@ -126,8 +126,11 @@ rule dummy_tokenizer:
 rule dummy_model:
     input:
         tokenizer=DUMMY_TOKENIZER,
-        architecture=lambda wc: os.path.join(
-            ARCHITECTURES, STUDY.models[wc.model].architecture, "config.json"
+        # relative: a copy of the working folder (device lanes) must not see a changed input set
+        architecture=lambda wc: os.path.relpath(
+            os.path.join(
+                ARCHITECTURES, STUDY.models[wc.model].architecture, "config.json"
+            )
         ),
     output:
         directory("resources/models/{model}"),

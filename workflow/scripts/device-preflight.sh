@@ -47,7 +47,7 @@ for lane in $(seq 0 "$gpus"); do
   pids+=($!)
 done
 wait "${pids[@]}"
-for dir in /tmp/specsweep-lane*; do
+for dir in /tmp/specsweep-lane[0-9]*; do
   tail -n 3 "$dir/lane.log"
   for sub in "results/$run/preflight" "logs/$run/preflight" "benchmarks/$run/preflight"; do
     [ -d "$dir/$sub" ] && mkdir -p "$sub" && cp -a "$dir/$sub/." "$sub/"
