@@ -332,6 +332,15 @@ def test_profiles_h200_shapes_and_preflight():
     # every shape fits the engine's max_model_len
     for m in shapes.models.values():
         assert shapes.engine["max_model_len"] <= arch.load_architecture(m.architecture)["max_position_embeddings"]
+    # the 70B/72B shapes at TP 2: the same measurement in every other respect, so R lines up across sizes
+    big = yaml.safe_load((ROOT / "config" / "h200x2-shapes.yaml").read_text())
+    small = yaml.safe_load((ROOT / "config" / "h200-shapes.yaml").read_text())
+    assert {k for k in big if big[k] != small[k]} == {"run", "headline_model", "models", "groups"}
+    assert [(m["architecture"], m["tp"]) for m in big["models"]] == [
+        ("llama-3.3-70b-instruct", 2),
+        ("qwen2.5-72b-instruct", 2),
+    ]
+    assert len(load_study(ROOT / "config" / "h200x2-shapes.yaml").cells) == 12
 
     pre, paper = load_study(ROOT / "config" / "preflight.yaml"), load_study(ROOT / "config" / "config.yaml")
     assert pre.cells == paper.cells and pre.cell_groups == paper.cell_groups  # the paper's 156 cells
