@@ -391,7 +391,7 @@ def test_a_run_that_skips_a_requested_cell_fails(tmp_path, smoke_cfg, sonnet):
     """Snakemake 9.27 can pass over a job whose `ancient` input it remakes in the same run (dag.py masks the
     jobs below a job that reruns, then skips them because their ancient input exists): the run then ended
     "successful" without the cell. Triggered here as in a copied folder: the model's input set changes (its
-    architecture) while its folder exists. The run must fail, naming the missing cell; a second run makes it."""
+    architecture) while its folder exists. The run must fail, naming the missing cell."""
     cfg = dict(smoke_cfg, run="masked", sonnet_path=str(sonnet), repeats=1, headline_model="m")
     cfg["models"] = [{"name": "m", "weights": "dummy", "architecture": "opt-125m", "params_b": 0.125, "tp": 1}]
     cfg["workloads"] = {"code": smoke_cfg["workloads"]["code"]}
