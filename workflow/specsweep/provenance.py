@@ -46,6 +46,24 @@ def git_state(root: Path | None = None) -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
+#: The files that decide what a cell measures and how: the workflow, the package, the schemas, the scripts.
+CODE_GLOBS = ("Snakefile", "workflow/rules/*.smk", "workflow/specsweep/*.py", "workflow/schemas/*.yaml")
+
+
+def code_state(root: Path | None = None) -> dict[str, Any]:
+    """A hash of the pipeline's own code as it is on disk (CODE_GLOBS: each file's path and content hash):
+    the code a cell ran, also where the checkout's .git says something else (a copy of a working tree beside
+    an older .git, as on the lent GPU machine) or is absent. `specsweep code-hash` prints it for a checkout."""
+    import hashlib
+
+    root = root or Path(__file__).resolve().parents[2]
+    files = sorted({p for pattern in CODE_GLOBS for p in root.glob(pattern) if p.is_file()})
+    h = hashlib.sha256()
+    for p in files:
+        h.update(f"{p.relative_to(root).as_posix()}\0{hashlib.sha256(p.read_bytes()).hexdigest()}\n".encode())
+    return {"sha256": h.hexdigest(), "files": len(files)}
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -131,6 +131,7 @@ def build_doc(
             "harness": "specsweep.runner (vllm.LLM.generate, offline)",
             "gpu_slots": engine.gpu_slots,
             "git": provenance.git_state(),
+            "code": provenance.code_state(),
             "started": None,  # filled in by the cell job
             "finished": provenance.utc_now(),
         },
