@@ -46,7 +46,7 @@ def git_state(root: Path | None = None) -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-#: The files that decide what a cell measures and how: the workflow, the package, the schemas, the scripts.
+#: The files that decide what a cell measures and how: the Snakefile, the rules, the package, the schemas.
 CODE_GLOBS = ("Snakefile", "workflow/rules/*.smk", "workflow/specsweep/*.py", "workflow/schemas/*.yaml")
 
 
