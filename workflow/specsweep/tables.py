@@ -603,9 +603,14 @@ def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str
     lines = [f"# specsweep run `{study.run}`", ""]
     done = sum(1 for r in crow if r["status"] == "ok")
     n_meas = sum(r["n"] for r in crow)
+    engines = (
+        "every repeat on its own engine start"
+        if study.engine_per_repeat
+        else "the repeats are passes on one engine per (model, ladder step), caches reset between them"
+    )
     lines.append(
         f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
-        f"{study.repeats} repeat(s) each, every repeat on its own engine start). Medians over repeats; "
+        f"{study.repeats} repeat(s) each, {engines}). Medians over repeats; "
         f"[95 % bootstrap interval]; CV = coefficient of variation of tok/s over repeats."
     )
     lines += [
