@@ -168,13 +168,16 @@ def table_paths() -> list[str]:
 
 
 def k_ref_paths() -> list[str]:
-    """The tables figure 8 takes K from (config predict_k_from), when another run is named."""
+    """The tables figure 8 takes K from (config predict_k_from) and R from (r_at_scale_runs), other runs'."""
     ref = STUDY.raw.get("predict_k_from")
-    return (
-        [f"results/{ref['run']}/tables/cells.parquet"]
-        if ref and ref["run"] != RUN
-        else []
-    )
+    runs = [ref["run"]] if ref else []
+    runs += STUDY.raw.get("r_at_scale_runs") or []
+    return [
+        f"results/{run}/tables/{name}"
+        for run in dict.fromkeys(runs)
+        if run != RUN
+        for name in ("cells.parquet", "speedup.parquet")
+    ]
 
 
 def reported_table_paths() -> list:

@@ -4,7 +4,7 @@ caption is typed in, the ladder's settings included."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,7 @@ from .figures import (
     SPEC_METHODS,
     Tables,
     Val,
-    r_at_scale,
-    r_value,
+    r_series,
     size_stats,
 )
 from .jsonio import atomic_write_bytes
@@ -183,20 +182,22 @@ def _fig7(data: Tables, m: str) -> str:
     )
 
 
-def _fig8(data: Tables, _: str) -> str:
-    models, sizes, configs, workloads = r_at_scale(data)
-    if not models or not configs:
+def _fig8(data: Tables, _: str, others: Sequence[Tables] = ()) -> str:
+    configs, workloads, series = r_series(data, others)
+    if not any(series.values()):
         return "No sized model with an ngram or suffix step in this run: no R at scale."
     per = []
     for cfg in configs:
         for w in workloads:
-            vals = [f"{sizes[m]:g}B {_v(v)}" for m in models if (v := r_value(data, (m, w, cfg))) is not None]
+            vals = [f"{p.size:g}B {_v(p.r)}" for p in series.get((cfg, w), [])]
             if vals:
                 per.append(f"{cfg} on {w}: " + ", ".join(vals))
+    runs = sorted({p.run for pts in series.values() for p in pts})
     lo, hi = ARTICLE_R_BAND
     return (
         f"R (step time over {data.baseline}'s, decode steps where probed) per model size: "
         + ("; ".join(per) or "none measured")
+        + (f" (runs {', '.join(runs)}, each R within its own run)" if len(runs) > 1 else "")
         + f". The article reports R {lo:.2f}–{hi:.2f} for Llama-3.3-70B at TP 8. Right: speedup predicted as "
         "K of a real model over each size's R (a prediction, not a measurement)."
     )
@@ -214,8 +215,9 @@ _CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
 }
 
 
-def captions(tables: Path, headline: str, run: str | None = None) -> dict[str, str]:
-    """One caption per figure of FIGURES, in that order. ``run``: the tables' run (default: their only run)."""
+def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequence[Tables] = ()) -> dict[str, str]:
+    """One caption per figure of FIGURES, in that order. ``run``: the tables' run (default: their only run);
+    ``r_runs``: other runs figure 8 draws R of (config r_at_scale_runs)."""
     if set(_CAPTIONS) != set(FIGURES):
         raise ValueError(f"captions and figures disagree: {sorted(set(_CAPTIONS) ^ set(FIGURES))}")
     if run is None:
@@ -241,13 +243,18 @@ def captions(tables: Path, headline: str, run: str | None = None) -> dict[str, s
         foot += f" Missing or failed cells: {', '.join(missing)}."
     if fewer:
         foot += f" Cells with fewer repeats: {', '.join(fewer)}."
-    out: dict[str, Any] = {stem: _CAPTIONS[stem](data, headline) for stem in FIGURES}
+    out: dict[str, Any] = {
+        stem: _fig8(data, headline, r_runs) if stem == "fig8_r_at_scale" else _CAPTIONS[stem](data, headline)
+        for stem in FIGURES
+    }
     return {k: v + foot for k, v in out.items()}
 
 
-def write_captions(tables: Path, headline: str, out_dir: Path, run: str | None = None) -> list[Path]:
+def write_captions(
+    tables: Path, headline: str, out_dir: Path, run: str | None = None, r_runs: Sequence[Tables] = ()
+) -> list[Path]:
     paths = []
-    for name, text in captions(tables, headline, run).items():
+    for name, text in captions(tables, headline, run, r_runs).items():
         path = Path(out_dir) / f"{name}.rst"
         atomic_write_bytes(path, (text + "\n").encode())
         paths.append(path)

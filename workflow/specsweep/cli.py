@@ -331,16 +331,17 @@ def cmd_figures(args: argparse.Namespace) -> int:
     import shutil
 
     from .captions import write_captions
-    from .figures import load_k_ref, render_all
+    from .figures import load_k_ref, load_r_runs, render_all
     from .jsonio import staging_dir, swap_dir
 
     study = _study(args)
     out = Path(args.out)
     k_ref = load_k_ref(study.raw, Path(args.tables))
+    r_runs = load_r_runs(study.raw, Path(args.tables))
     staged = staging_dir(out)
     try:
-        render_all(Path(args.tables), staged, study.raw["headline_model"], study.run, k_ref)
-        write_captions(Path(args.tables), study.raw["headline_model"], staged / "captions")
+        render_all(Path(args.tables), staged, study.raw["headline_model"], study.run, k_ref, r_runs)
+        write_captions(Path(args.tables), study.raw["headline_model"], staged / "captions", r_runs=r_runs)
         swap_dir(staged, out)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)

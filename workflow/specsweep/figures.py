@@ -336,6 +336,20 @@ def load_k_ref(raw: dict[str, Any], tables_dir: Path) -> KRef | None:
     return KRef.load(ref_tables, ref["run"], ref["model"], ref["workload"])
 
 
+def load_r_runs(raw: dict[str, Any], tables_dir: Path) -> list[Tables]:
+    """The config's r_at_scale_runs: other runs' tables beside ``tables_dir`` (results/{run}/tables), whose R
+    figure 8 plots beside this run's."""
+    from .errors import SpecsweepError
+
+    out = []
+    for run in raw.get("r_at_scale_runs") or []:
+        ref_tables = Path(tables_dir).resolve().parent.parent / run / "tables"
+        if not (ref_tables / "cells.parquet").is_file():
+            raise SpecsweepError(f"r_at_scale_runs: run '{run}' has no tables at {ref_tables}")
+        out.append(Tables.load(ref_tables, run))
+    return out
+
+
 @dataclass
 class _Needs:
     """Cells a figure needs: used (at least one measurement), missing (none), partial (fewer than n)."""
@@ -589,6 +603,7 @@ class _Ctx:
     labels: dict[str, list[Any]] = field(default_factory=dict)  # placed label artists per figure
     markers: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)  # display positions
     k_ref: KRef | None = None  # figure 8's prediction: K measured on a real model in another run
+    r_runs: list[Tables] = field(default_factory=list)  # figure 8: other runs whose R is drawn beside this run's
 
     @contextmanager
     def figure(
@@ -1507,6 +1522,52 @@ def r_value(data: Tables, cell: Cell) -> Val | None:
     return data.spd(cell, "R_decode") or data.spd(cell, "R")
 
 
+@dataclass(frozen=True)
+class RPoint:
+    """One model's R for one ladder step and workload, from the run that measured it."""
+
+    size: float
+    model: str
+    run: str
+    r: Val
+
+
+def r_series(
+    data: Tables, others: Sequence[Tables] = ()
+) -> tuple[list[str], list[str], dict[tuple[str, str], list[RPoint]]]:
+    """Figure 8's data over this run and ``others``: the ladder steps (ngram, suffix) and workloads (this
+    run's, see :func:`r_at_scale`), and per (step, workload) the R of every sized model, smallest first. Each R
+    pairs cells of its own run (like with like); a model in two runs is taken from the first that has it."""
+    _, _, _, workloads = r_at_scale(data)
+    runs = [data, *others]
+    configs = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
+    series: dict[tuple[str, str], list[RPoint]] = {}
+    for cfg in configs:
+        for w in workloads:
+            seen: set[str] = set()
+            pts = []
+            for d in runs:
+                models, sizes, _, _ = r_at_scale(d)
+                for m in models:
+                    if m in seen or (v := r_value(d, (m, w, cfg))) is None:
+                        continue
+                    seen.add(m)
+                    pts.append(RPoint(sizes[m], m, d.run, v))
+            series[(cfg, w)] = sorted(pts, key=lambda p: (p.size, p.model))
+    return configs, workloads, series
+
+
+def _run_conditions(d: Tables, models: Iterable[str]) -> str:
+    """What a run's sized models ran on: device, vLLM, TP, GPUs, mean prompt tokens (from its cells table)."""
+    rows = [r for (m, _, _), r in sorted(d.cells.items()) if m in set(models) and r.get("n")]
+    tps = sorted({int(r["tp"]) for r in rows if r.get("tp") is not None})
+    tokens = sorted({round(float(r["input_tokens_mean"])) for r in rows if _num(r.get("input_tokens_mean"))})
+    return (
+        f"{_distinct(rows, 'device_name')}, vLLM {_distinct(rows, 'vllm_version')}, "
+        f"TP {'/'.join(map(str, tps)) or '?'}, mean prompt {'/'.join(map(str, tokens)) or '?'} tokens"
+    )
+
+
 def _size_axis(ax: Axes) -> None:
     """A log axis of model sizes labelled in plain billions (0.5, 1, 2, 5, ...)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
@@ -1520,15 +1581,18 @@ def _size_axis(ax: Axes) -> None:
 
 def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     data = ctx.data
-    models, sizes, configs, workloads = r_at_scale(data)
+    models, _, _, _ = r_at_scale(data)
+    configs, workloads, series = r_series(data, ctx.r_runs)
     needs = _Needs.of(data, [(m, w, c) for m in models for w in workloads for c in (data.baseline, *configs)])
     title = (
         "R at scale: step time of each drafter over the baseline's, against model size "
         f"({', '.join(workloads) or 'no workload'}); right: speedup predicted as K / R"
     )
     styles = ("-", "--", ":", "-.")
+    run_markers = {d.run: "os^Dv"[i % 5] for i, d in enumerate([data, *ctx.r_runs])}
+    points = [p for pts in series.values() for p in pts]
     with ctx.figure("fig8_r_at_scale", needs, (11.0, 5.2), 2, title, top_extra_in=0.3) as (ax, bx):
-        if not models or not configs:
+        if not points:
             for a in (ax, bx):
                 _message(a, f"no sized model with a speculative step in run {data.run}", color=MISSING_COLOR)
             needs.notes.append("nothing plotted: no model with model_params_b, or no ngram/suffix step")
@@ -1536,32 +1600,30 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
         lo, hi = ARTICLE_R_BAND
         ax.axhspan(lo, hi, color="#dddddd", zorder=0, label=f"article: R {lo:.2f}–{hi:.2f} (70B, TP 8)")
         ax.axhline(1.0, color="black", linewidth=0.6)
-        rvals = {
-            (m, w, cfg): v
-            for cfg in configs
-            for w in workloads
-            for m in models
-            if (v := r_value(data, (m, w, cfg))) is not None
-        }
         for cfg in configs:
+            colour = COLORS.get(cfg, "#333333")
             for wi, w in enumerate(workloads):
-                pts = [(sizes[m], rvals[(m, w, cfg)]) for m in models if (m, w, cfg) in rvals]
+                pts = series.get((cfg, w), [])
                 if not pts:
                     continue
                 ax.plot(
-                    [x for x, _ in pts],
-                    [v.point for _, v in pts],
+                    [p.size for p in pts],
+                    [p.r.point for p in pts],
                     styles[wi % len(styles)],
-                    marker="o",
-                    color=COLORS.get(cfg, "#333333"),
+                    color=colour,
                     label=f"{cfg} · {w}",
                 )
-                for x, v in pts:
-                    _whisker(ax, x, v, color=COLORS.get(cfg, "#333333"))
-        lo_x, hi_x = min(sizes.values()), max(sizes.values())
+                for p in pts:
+                    ax.plot([p.size], [p.r.point], run_markers[p.run], color=colour, markersize=5)
+                    _whisker(ax, p.size, p.r, color=colour)
+        drawn_runs = [d for d in (data, *ctx.r_runs) if any(p.run == d.run for p in points)]
+        if len(drawn_runs) > 1:
+            for d in drawn_runs:
+                ax.plot([], [], run_markers[d.run], color="#555555", linestyle="none", label=f"run {d.run}")
+        sizes = [p.size for p in points]
         for a in (ax, bx):
             _size_axis(a)
-            a.set_xlim(lo_x / 1.6, hi_x * 1.6)
+            a.set_xlim(min(sizes) / 1.6, max(sizes) * 1.6)
         ax.set_ylabel(f"R = step time / {data.baseline} step time")
         ax.legend(loc="upper right", fontsize=7, frameon=False)
         ax.set_title("a) R with 95 % intervals", loc="left", fontsize=8)
@@ -1577,15 +1639,14 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
                 if k is None:
                     needs.notes.append(f"b) {cfg}: no K in run {ref.run} ({ref.model}/{ref.workload})")
                     continue
-                xs, lows, highs = [], [], []
-                for m in models:
-                    preds = [k.point / v.point for w in workloads if (v := rvals.get((m, w, cfg))) is not None]
-                    if preds:
-                        xs.append(sizes[m])
-                        lows.append(min(preds))
-                        highs.append(max(preds))
-                if not xs:
+                per_size: dict[float, list[float]] = {}
+                for w in workloads:
+                    for p in series.get((cfg, w), []):
+                        per_size.setdefault(p.size, []).append(k.point / p.r.point)
+                if not per_size:
                     continue
+                xs = sorted(per_size)
+                lows, highs = [min(per_size[x]) for x in xs], [max(per_size[x]) for x in xs]
                 colour = COLORS.get(cfg, "#333333")
                 bx.fill_between(xs, lows, highs, color=colour, alpha=0.25, linewidth=0)
                 bx.plot(xs, lows, "-", color=colour, linewidth=0.8)
@@ -1601,6 +1662,17 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
             "a) R over decode steps where the prefill probe ran (R_decode), else over all steps; weights: see "
             "the run's cells (dummy weights measure step cost only, never acceptance)"
         )
+        if len(drawn_runs) > 1:
+            for d in drawn_runs:
+                mine = sorted({p.model for p in points if p.run == d.run})
+                needs.notes.append(
+                    f"a), b) marker {run_markers[d.run]!r}: run {d.run} ({', '.join(mine)}; n = {d.repeats}"
+                    f"{'' if d.engine_per_repeat else ', passes on one engine'}; {_run_conditions(d, mine)})"
+                )
+            needs.notes.append(
+                "each R pairs a drafter's cells with the baseline's of the same run and machine; the runs differ "
+                "in what the line above each lists"
+            )
     return needs
 
 
@@ -1626,7 +1698,14 @@ def _style() -> Iterator[None]:
         yield
 
 
-def render_all(tables_dir: Path, out_dir: Path, headline_model: str, run: str, k_ref: KRef | None = None) -> dict:
+def render_all(
+    tables_dir: Path,
+    out_dir: Path,
+    headline_model: str,
+    run: str,
+    k_ref: KRef | None = None,
+    r_runs: Sequence[Tables] = (),
+) -> dict:
     """Render every figure of :data:`FIGURES` (PNG + SVG) and ``manifest.json`` into ``out_dir``.
 
     Only rows whose ``run`` column equals ``run`` are used.  Returns the manifest:
@@ -1638,7 +1717,7 @@ def render_all(tables_dir: Path, out_dir: Path, headline_model: str, run: str, k
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = Tables.load(tables_dir, run)
-    ctx = _Ctx(data=data, model=headline_model, out_dir=out_dir, k_ref=k_ref)
+    ctx = _Ctx(data=data, model=headline_model, out_dir=out_dir, k_ref=k_ref, r_runs=list(r_runs))
     figures: dict[str, Any] = {}
     with _style():
         for stem in FIGURES:
