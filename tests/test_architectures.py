@@ -185,6 +185,12 @@ def test_dummy_model_dir(dummy_dirs, tokenizer_dir):
     assert not any(n.endswith((".safetensors", ".bin", ".pt")) for n in names)
     assert (out / "config.json").read_bytes() == (ARCH_DIR / "llama-3.1-8b" / "config.json").read_bytes()
     assert (out / "tokenizer.json").read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()
+    sub = out / arch.TOKENIZER_SUBDIR
+    assert {p.name for p in sub.iterdir()} == {p.name for p in out.iterdir() if p.is_file()} - {
+        "config.json",
+        arch.PROVENANCE_NAME,
+    }
+    assert (sub / "tokenizer.json").read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()
     prov = json.loads((out / arch.PROVENANCE_NAME).read_text())
     assert prov["weights"] == "dummy" and prov["architecture"] == "llama-3.1-8b"
     assert prov["real_vocab_size"] == 128256
@@ -217,6 +223,25 @@ def test_dummy_folder_loads_tokenizer_and_config(name, dummy_dirs):
     cfg = AutoConfig.from_pretrained(dummy_dirs[name])
     assert len(tok) <= cfg.vocab_size
     assert tok.eos_token_id == cfg.eos_token_id == 2
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dummy_tokenizer_splits_text_like_its_source(name, dummy_dirs, tokenizer_dir, smoke_cfg):
+    """The tokenizer a dummy shape's engine loads (its folder's tokenizer/) gives the source tokenizer's ids,
+    whatever class the architecture's model_type would pick (transformers gives qwen2 folders
+    Qwen2Tokenizer, which split the code workload into 504 tokens a prompt where SmolLM2 has 480)."""
+    from transformers import AutoTokenizer
+
+    text = (
+        "def f(x):\n    # comment line 1: python code function list dict loop return test\n"
+        "    return [x,  x**2]  # 12345 What is the author's intent?\n\n\tShall I compare thee"
+    )
+    want = AutoTokenizer.from_pretrained(tokenizer_dir)(text)["input_ids"]
+    kw = engine_kwargs(
+        build_study(_dummy_cfg(smoke_cfg, architecture=name)), Cell("m", "code", "vanilla"), str(dummy_dirs[name])
+    )
+    assert kw["tokenizer"] == str(dummy_dirs[name] / arch.TOKENIZER_SUBDIR) and kw["model"] == str(dummy_dirs[name])
+    assert AutoTokenizer.from_pretrained(kw["tokenizer"])(text)["input_ids"] == want
 
 
 def test_vllm_model_config_at_paper_max_model_len(dummy_dirs):
@@ -286,6 +311,9 @@ def test_dummy_entry_errors(smoke_cfg, model, needle):
 def test_engine_kwargs_and_model_path(smoke_cfg, tmp_path):
     study = build_study(_dummy_cfg(smoke_cfg))
     cell = Cell("m", "code", "ngram")
+    with pytest.raises(SpecsweepError, match=f"model path {tmp_path}: a dummy-weights folder without tokenizer/"):
+        engine_kwargs(study, cell, str(tmp_path))
+    (tmp_path / arch.TOKENIZER_SUBDIR).mkdir()
     kw = engine_kwargs(study, cell, str(tmp_path))
     assert kw["load_format"] == "dummy" and kw["speculative_config"]["method"] == "ngram"
     with pytest.raises(SpecsweepError, match="model m: weights: dummy needs --model-path"):

@@ -44,6 +44,11 @@ TOKENIZER_OPTIONAL = (
     "generation_config.json",
 )
 PROVENANCE_NAME = "specsweep-model.json"
+# The tokenizer files again, in a folder without the architecture's config.json: transformers picks a
+# tokenizer class from config.json's model_type for some types (qwen2 -> Qwen2Tokenizer, phi3, ...), which
+# splits text unlike the source tokenizer (the code workload: 504 tokens a prompt against SmolLM2's 480).
+# Engines of dummy models load their tokenizer from here (engine.engine_kwargs).
+TOKENIZER_SUBDIR = "tokenizer"
 DUMMY = "dummy"
 
 
@@ -83,6 +88,20 @@ def load_architecture(name: str, root: Path | None = None) -> dict[str, Any]:
 
 def is_dummy(spec: Any) -> bool:
     return getattr(spec, "weights", "real") == DUMMY
+
+
+def tokenizer_path(spec: Any, model: str) -> str:
+    """Where a model entry's tokenizer loads from: a dummy folder's tokenizer/ (see TOKENIZER_SUBDIR), any
+    other model's own folder or id."""
+    if not is_dummy(spec):
+        return model
+    sub = Path(model) / TOKENIZER_SUBDIR
+    if not sub.is_dir():
+        raise SpecsweepError(
+            f"model path {model}: a dummy-weights folder without {TOKENIZER_SUBDIR}/ (made by an older specsweep); "
+            "remove it and rerun, Snakemake remakes it"
+        )
+    return str(sub)
 
 
 def engine_overrides(spec: Any) -> dict[str, Any]:
@@ -205,8 +224,10 @@ def dummy_model_dir(arch_name: str, tokenizer_src: Path, out: Path, root: Path |
     old = None
     try:
         shutil.copyfile(cfg_path, tmp / "config.json")
+        (tmp / TOKENIZER_SUBDIR).mkdir()
         for f in files:
             shutil.copyfile(src / f, tmp / f)
+            shutil.copyfile(src / f, tmp / TOKENIZER_SUBDIR / f)
         provenance = {
             "weights": DUMMY,
             "architecture": arch_name,
@@ -215,11 +236,12 @@ def dummy_model_dir(arch_name: str, tokenizer_src: Path, out: Path, root: Path |
             "real_vocab_size": cfg.get("specsweep_real_vocab_size"),
             "tokenizer_from": str(src),
             "tokenizer_files": {f: _file_sha256(src / f) for f in files},
+            "tokenizer_subdir": TOKENIZER_SUBDIR,
             "note": "no weight files: vLLM loads this folder with load_format='dummy' (random weights)",
         }
         (tmp / PROVENANCE_NAME).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
-        for p in tmp.iterdir():
-            os.chmod(p, 0o644)
+        for p in [*tmp.iterdir(), *(tmp / TOKENIZER_SUBDIR).iterdir()]:
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
         os.chmod(tmp, 0o755)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metrics, slots, workloads
-from .architectures import engine_overrides, is_dummy
+from .architectures import engine_overrides, is_dummy, tokenizer_path
 from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
 from .jsonio import sha256_obj
@@ -50,7 +50,7 @@ def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
     eng, step, spec = settings["engine"], settings["ladder"], study.models[cell.model]
     kw: dict[str, Any] = {
         "model": model,
-        "tokenizer": model,
+        "tokenizer": tokenizer_path(study.models[cell.model], model),
         "tensor_parallel_size": spec.tp,
         "trust_remote_code": spec.trust_remote_code,
         "gpu_memory_utilization": step["gpu_memory_utilization"],

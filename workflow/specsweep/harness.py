@@ -36,7 +36,7 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
     from vllm.benchmarks.throughput import run_vllm
     from vllm.engine.arg_utils import EngineArgs
 
-    tok = AutoTokenizer.from_pretrained(model, trust_remote_code=spec.trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(kwargs["tokenizer"], trust_remote_code=spec.trust_remote_code)
     use_chat = uses_chat(spec, tok)
 
     def requests(items: list[dict[str, Any]]) -> list[Any]:
