@@ -311,10 +311,13 @@ def test_dummy_entry_errors(smoke_cfg, model, needle):
 def test_engine_kwargs_and_model_path(smoke_cfg, tmp_path):
     study = build_study(_dummy_cfg(smoke_cfg))
     cell = Cell("m", "code", "ngram")
+    (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SpecsweepError, match=f"model path {tmp_path}: a dummy-weights folder without tokenizer/"):
-        engine_kwargs(study, cell, str(tmp_path))
+        resolve_model(study, cell, str(tmp_path))
     (tmp_path / arch.TOKENIZER_SUBDIR).mkdir()
+    assert resolve_model(study, cell, str(tmp_path)) == str(tmp_path.resolve())
     kw = engine_kwargs(study, cell, str(tmp_path))
+    assert kw["tokenizer"] == str(tmp_path / arch.TOKENIZER_SUBDIR)
     assert kw["load_format"] == "dummy" and kw["speculative_config"]["method"] == "ngram"
     with pytest.raises(SpecsweepError, match="model m: weights: dummy needs --model-path"):
         resolve_model(study, cell, None)

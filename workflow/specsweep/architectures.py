@@ -93,15 +93,7 @@ def is_dummy(spec: Any) -> bool:
 def tokenizer_path(spec: Any, model: str) -> str:
     """Where a model entry's tokenizer loads from: a dummy folder's tokenizer/ (see TOKENIZER_SUBDIR), any
     other model's own folder or id."""
-    if not is_dummy(spec):
-        return model
-    sub = Path(model) / TOKENIZER_SUBDIR
-    if not sub.is_dir():
-        raise SpecsweepError(
-            f"model path {model}: a dummy-weights folder without {TOKENIZER_SUBDIR}/ (made by an older specsweep); "
-            "remove it and rerun, Snakemake remakes it"
-        )
-    return str(sub)
+    return str(Path(model) / TOKENIZER_SUBDIR) if is_dummy(spec) else model
 
 
 def engine_overrides(spec: Any) -> dict[str, Any]:

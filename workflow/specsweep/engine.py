@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metrics, slots, workloads
-from .architectures import engine_overrides, is_dummy, tokenizer_path
+from .architectures import TOKENIZER_SUBDIR, engine_overrides, is_dummy, tokenizer_path
 from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
 from .jsonio import sha256_obj
@@ -40,6 +40,11 @@ def resolve_model(study: Study, cell: Cell, model_path: str | None) -> str:
             raise SpecsweepError(f"model path {p}: does not exist or is not a directory")
         if not (p / "config.json").is_file():
             raise SpecsweepError(f"model path {p}: has no config.json")
+        if is_dummy(spec) and not (p / TOKENIZER_SUBDIR).is_dir():
+            raise SpecsweepError(
+                f"model path {p}: a dummy-weights folder without {TOKENIZER_SUBDIR}/ (made by an older specsweep); "
+                "remove it and rerun, Snakemake remakes it"
+            )
         return str(p.resolve())
     return source
 
