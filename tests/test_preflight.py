@@ -7,6 +7,7 @@ facts (KV-cache blocks, graph mode, TP)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -108,6 +109,31 @@ def test_preflight_gives_every_cell_a_verdict(tmp_path, smoke_cfg, sonnet, smoll
         "cells": {"failed": 2, "ok": 2, "refused": 2},
         "engines": {"failed": 1, "ok": 1, "refused": 1},
     }
+
+    # a preflight stopped half way (a verdict missing, the report there) is completed by `snakemake preflight`:
+    # the missing verdict is made and the report remade; nothing else runs
+    missing = base / "too-long" / "code" / "vanilla.json"
+    before = missing.read_bytes()
+    missing.unlink()
+    (base / "report.md").write_text("stale\n")
+    try:
+        proc = snakemake(tmp_path, "preflight", "--configfile", str(cfg_path), "--cores", "1")
+    finally:
+        stop_engines(tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "Nothing to be done" not in out
+    assert dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M)) == {
+        "preflight_cell": "1",
+        "preflight_report": "1",
+        "preflight": "1",
+        "total": "3",
+    }, out[-3000:]
+    again, first = json.loads(missing.read_bytes()), json.loads(before)
+    assert (again["status"], again["error"]) == (first["status"], first["error"]) == ("refused", first["error"])
+    assert (
+        "6 cells on 3 engines (model, ladder step): 2 failed, 2 ok, 2 refused cells;"
+        in (base / "report.md").read_text()
+    )
 
 
 def test_static_refusal_reads_heads_positions_and_rope(smoke_cfg, sonnet, smollm2):

@@ -298,8 +298,8 @@ def stop_engines() -> None:
 
 
 def missing_targets() -> list[str]:
-    """The requested files (targets given by path, or the outputs of the target rules) that a run which
-    "succeeded" did not make. Snakemake 9.27 (dag.py, update_needrun) can skip a job whose output is
+    """The requested files (targets given by path, the outputs of the target rules, the inputs of a target
+    rule of inputs only) that a run which "succeeded" did not make. Snakemake 9.27 (dag.py, update_needrun) can skip a job whose output is
     missing: when a job producing its `ancient` input (a model folder, a workload file) reruns although
     its output exists (e.g. the input set changed: another folder, another corpus path), every job below
     it is masked and then passed over because its ancient input exists. None with --until/--omit-from.
@@ -309,7 +309,8 @@ def missing_targets() -> list[str]:
         return []
     wanted = set(dag.targetfiles)
     for job in dag.targetjobs:
-        wanted.update(job.output)
+        # a rule of inputs only (all, preflight) asks for its inputs
+        wanted.update(job.input if job.rule.norun else job.output)
     return sorted(f for f in wanted if not os.path.exists(f))
 
 

@@ -28,7 +28,7 @@ rule preflight_cell:
         "--out {output:q} {params.model_arg} --log {log:q} --watch-pid {params.watch} > {log:q} 2>&1"
 
 
-rule preflight:
+rule preflight_report:
     input:
         preflight_paths(),
     output:
@@ -45,3 +45,12 @@ rule preflight:
         config=EFFECTIVE_CONFIG,
     shell:
         "{params.cli} preflight-report --config {params.config:q} > {log:q} 2>&1"
+
+
+# `snakemake preflight`: every verdict, then the report. A rule of inputs only, as `all` is: asked for the
+# report's files, Snakemake treats the verdicts as intermediate files and leaves a missing one missing while
+# the report is up to date with those that exist (a preflight stopped half way stayed half done).
+rule preflight:
+    input:
+        preflight_paths(),
+        rules.preflight_report.output,
