@@ -299,10 +299,11 @@ def stop_engines() -> None:
 
 def missing_targets() -> list[str]:
     """The requested files (targets given by path, the outputs of the target rules, the inputs of a target
-    rule of inputs only) that a run which "succeeded" did not make. Snakemake 9.27 (dag.py, update_needrun) can skip a job whose output is
-    missing: when a job producing its `ancient` input (a model folder, a workload file) reruns although
-    its output exists (e.g. the input set changed: another folder, another corpus path), every job below
-    it is masked and then passed over because its ancient input exists. None with --until/--omit-from.
+    rule of inputs only) that a run which "succeeded" did not make. Snakemake 9.27 (dag.py, update_needrun)
+    can skip a job whose output is missing: when a job producing its `ancient` input (a model folder, a
+    workload file) reruns although its output exists (e.g. the input set changed: another folder, another
+    corpus path), every job below it is masked and then passed over because its ancient input exists. None
+    with --until/--omit-from.
     """
     dag = workflow.dag
     if dag.untilrules or dag.untilfiles or dag.omitrules or dag.omitfiles:

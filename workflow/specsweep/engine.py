@@ -55,7 +55,7 @@ def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
     eng, step, spec = settings["engine"], settings["ladder"], study.models[cell.model]
     kw: dict[str, Any] = {
         "model": model,
-        "tokenizer": tokenizer_path(study.models[cell.model], model),
+        "tokenizer": tokenizer_path(spec, model),
         "tensor_parallel_size": spec.tp,
         "trust_remote_code": spec.trust_remote_code,
         "gpu_memory_utilization": step["gpu_memory_utilization"],

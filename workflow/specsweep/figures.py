@@ -323,31 +323,32 @@ class KRef:
         return cls(run, model, workload, k)
 
 
-def load_k_ref(raw: dict[str, Any], tables_dir: Path) -> KRef | None:
-    """The config's predict_k_from, read from the named run's tables beside ``tables_dir`` (results/{run}/tables)."""
+def _run_tables(key: str, run: str, tables_dir: Path) -> Path:
+    """Another run's tables folder, beside ``tables_dir`` (results/{run}/tables); the config key that named it
+    is in the error when it has none."""
     from .errors import SpecsweepError
 
+    ref_tables = Path(tables_dir).resolve().parent.parent / run / "tables"
+    if not (ref_tables / "cells.parquet").is_file():
+        raise SpecsweepError(f"{key}: run '{run}' has no tables at {ref_tables}")
+    return ref_tables
+
+
+def load_k_ref(raw: dict[str, Any], tables_dir: Path) -> KRef | None:
+    """The config's predict_k_from, read from the named run's tables beside ``tables_dir`` (results/{run}/tables)."""
     ref = raw.get("predict_k_from")
     if not ref:
         return None
-    ref_tables = Path(tables_dir).resolve().parent.parent / ref["run"] / "tables"
-    if not (ref_tables / "cells.parquet").is_file():
-        raise SpecsweepError(f"predict_k_from: run '{ref['run']}' has no tables at {ref_tables}")
+    ref_tables = _run_tables("predict_k_from", ref["run"], tables_dir)
     return KRef.load(ref_tables, ref["run"], ref["model"], ref["workload"])
 
 
 def load_r_runs(raw: dict[str, Any], tables_dir: Path) -> list[Tables]:
     """The config's r_at_scale_runs: other runs' tables beside ``tables_dir`` (results/{run}/tables), whose R
     figure 8 plots beside this run's."""
-    from .errors import SpecsweepError
-
-    out = []
-    for run in raw.get("r_at_scale_runs") or []:
-        ref_tables = Path(tables_dir).resolve().parent.parent / run / "tables"
-        if not (ref_tables / "cells.parquet").is_file():
-            raise SpecsweepError(f"r_at_scale_runs: run '{run}' has no tables at {ref_tables}")
-        out.append(Tables.load(ref_tables, run))
-    return out
+    return [
+        Tables.load(_run_tables("r_at_scale_runs", run, tables_dir), run) for run in raw.get("r_at_scale_runs") or []
+    ]
 
 
 @dataclass
@@ -1541,13 +1542,13 @@ def r_series(
     _, _, _, workloads = r_at_scale(data)
     runs = [data, *others]
     configs = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
+    sized = [(d, *r_at_scale(d)[:2]) for d in runs]  # (run, its sized models, their sizes)
     series: dict[tuple[str, str], list[RPoint]] = {}
     for cfg in configs:
         for w in workloads:
             seen: set[str] = set()
             pts = []
-            for d in runs:
-                models, sizes, _, _ = r_at_scale(d)
+            for d, models, sizes in sized:
                 for m in models:
                     if m in seen or (v := r_value(d, (m, w, cfg))) is None:
                         continue
@@ -1559,7 +1560,8 @@ def r_series(
 
 def _run_conditions(d: Tables, models: Iterable[str]) -> str:
     """What a run's sized models ran on: device, vLLM, TP, GPUs, mean prompt tokens (from its cells table)."""
-    rows = [r for (m, _, _), r in sorted(d.cells.items()) if m in set(models) and r.get("n")]
+    wanted = set(models)
+    rows = [r for (m, _, _), r in sorted(d.cells.items()) if m in wanted and r.get("n")]
     tps = sorted({int(r["tp"]) for r in rows if r.get("tp") is not None})
     tokens = sorted({round(float(r["input_tokens_mean"])) for r in rows if _num(r.get("input_tokens_mean"))})
     return (
