@@ -41,11 +41,12 @@ class ModelSpec:
     weights: str = "real"  # "dummy": random weights of the architecture's shape (vLLM load_format="dummy")
     architecture: str | None = None  # weights: dummy only: config/architectures/<architecture>/config.json
     max_model_len: int | None = None  # overrides engine.max_model_len (a model with fewer positions)
+    quantization: str | None = None  # vLLM's quantization method for the weights (fp8, ...)
 
 
 #: Model keys added after cells were first recorded: left out of a cell's settings while unset, so adding
 #: them does not make every earlier cell stale.
-_LATER_MODEL_KEYS = frozenset({"max_model_len"})
+_LATER_MODEL_KEYS = frozenset({"max_model_len", "quantization"})
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,8 @@ class Study:
             engine["dtype"] = model.dtype
         if model.max_model_len:
             engine["max_model_len"] = model.max_model_len
+        if model.quantization:
+            engine["quantization"] = model.quantization
         engine |= step.engine or {}
         return {
             "model": {k: v for k, v in model.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)},

@@ -131,6 +131,7 @@ def effective_settings(llm: Any) -> dict[str, Any]:
         "model_runner": None if use_v2 is None else ("v2" if use_v2 else "v1"),
         "dtype": str(vc.model_config.dtype).replace("torch.", ""),
         "kv_cache_dtype": str(vc.cache_config.cache_dtype),
+        "quantization": getattr(vc.model_config, "quantization", None),  # the weights' method; None: as loaded
         "speculative_method": getattr(spec, "method", None) if spec else None,
         "num_speculative_tokens": getattr(spec, "num_speculative_tokens", None) if spec else None,
         "tensor_parallel_size": int(vc.parallel_config.tensor_parallel_size),
