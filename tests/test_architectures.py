@@ -381,6 +381,19 @@ def test_profiles_h200_shapes_and_preflight():
         ("qwen2.5-72b-instruct", 2),
     ]
     assert len(load_study(ROOT / "config" / "h200x2-shapes.yaml").cells) == 12
+    # the fp8 run on one H200: the same measurement but for fp8 weights (the 72B shape fits one H200 so)
+    fp8 = yaml.safe_load((ROOT / "config" / "h200-fp8-shapes.yaml").read_text())
+    assert {k for k in fp8.keys() | small.keys() if fp8.get(k) != small.get(k)} == {
+        "run",
+        "headline_model",
+        "models",
+        "groups",
+        "r_at_scale_runs",
+    }
+    assert [(m["architecture"], m["tp"], m["quantization"]) for m in fp8["models"]] == [
+        ("qwen2.5-72b-instruct", 1, "fp8"),
+        ("qwen2.5-32b-instruct", 1, "fp8"),
+    ]
 
     pre, paper = load_study(ROOT / "config" / "preflight.yaml"), load_study(ROOT / "config" / "config.yaml")
     assert pre.cells == paper.cells and pre.cell_groups == paper.cell_groups  # the paper's 156 cells

@@ -21,6 +21,8 @@ RUNS = {
     "h200-shapes": ("config/h200-shapes.yaml", 24),
     # R at scale on two GPUs: the 70B and 72B shapes at TP 2 (72B not yet measured); figure 8 adds h200-shapes
     "h200x2-shapes": ("config/h200x2-shapes.yaml", 12),
+    # the 72B shape in fp8 on one H200, and the 32B shape in fp8 beside it (32B's spec cells mostly unmeasured)
+    "h200-fp8-shapes": ("config/h200-fp8-shapes.yaml", 12),
 }
 
 
@@ -58,6 +60,7 @@ def test_figure_8_draws_r_of_both_shape_runs(tmp_path):
     assert [d.run for d in others] == ["h200-shapes"]
     configs, workloads, series = r_series(Tables.load(tables, study.run), others)
     assert configs == ["ngram", "suffix"] and set(workloads) == {"code-t1", "code-greedy"}
+    assert set(series) == {(c, w, None) for c in configs for w in workloads}
     for pts in series.values():
         assert [(p.size, p.run) for p in pts] == [
             (0.5, "h200-shapes"),
@@ -76,3 +79,29 @@ def test_figure_8_draws_r_of_both_shape_runs(tmp_path):
     # a named run without tables is a one-line error naming it
     with pytest.raises(SpecsweepError, match="r_at_scale_runs: run 'nope' has no tables"):
         load_r_runs({"r_at_scale_runs": ["nope"]}, tables)
+
+
+def test_figure_8_keeps_fp8_sizes_on_lines_of_their_own():
+    """h200-fp8-shapes' 72B (and 32B) shapes ran with fp8 weights: figure 8 draws them as lines of their own,
+    never joined to the bf16 sizes of the other runs, and leaves out an R from a single repeat (32B's one
+    ngram pass), naming it in the notes."""
+    from specsweep.figures import Tables, r_series
+
+    study = load_study(ROOT / "config" / "h200-fp8-shapes.yaml")
+    tables = ROOT / "results" / "h200-fp8-shapes" / "tables"
+    data = Tables.load(tables, study.run)
+    assert data.quantization("qwen2.5-72b-instruct") == "fp8"
+    configs, workloads, series = r_series(data, load_r_runs(study.raw, tables))
+    assert set(series) == {(c, w, q) for c in configs for w in workloads for q in (None, "fp8")}
+    for (_, _, q), pts in series.items():
+        if q == "fp8":
+            assert [(p.model, p.run, p.quantization) for p in pts] == [
+                ("qwen2.5-72b-instruct", "h200-fp8-shapes", "fp8")
+            ]
+        else:
+            assert [p.size for p in pts] == [0.5, 1.5, 7.0, 32.0, 70.0]
+            assert {p.run for p in pts} == {"h200-shapes", "h200x2-shapes"}
+    notes = json.loads((ROOT / "figures" / "h200-fp8-shapes" / "manifest.json").read_text())["figures"]
+    notes = notes["fig8_r_at_scale"]["notes"]
+    assert any("run h200-fp8-shapes" in n and "quantized to fp8" in n for n in notes)
+    assert any("single repeat" in n and "qwen2.5-32b-instruct/code-t1/ngram" in n for n in notes)

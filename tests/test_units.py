@@ -204,6 +204,27 @@ def test_model_max_model_len_overrides_the_engine():
         build_study(cfg)
 
 
+def test_model_quantization_reaches_vllm_and_spares_earlier_cells():
+    """models[].quantization goes to LLM(quantization=...) and into the engine's identity; a model without it
+    keeps the settings (and so the config_sha256) its cells were measured with; a bad name is one line."""
+    from specsweep.engine import engine_identity, engine_key, engine_kwargs
+
+    cfg = yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text())
+    plain = build_study(cfg)
+    c = plain.cell("qwen2.5-32b-instruct", "code-t1", "ngram")
+    assert "quantization" not in plain.cell_settings(c)["model"]
+    assert "quantization" not in plain.cell_settings(c)["engine"]
+    assert "quantization" not in engine_kwargs(plain, c, "/m")
+    cfg["models"][2]["quantization"] = "fp8"
+    fp8 = build_study(cfg)
+    assert engine_kwargs(fp8, c, "/m")["quantization"] == "fp8"
+    assert fp8.cell_settings(c)["model"]["quantization"] == "fp8"
+    assert engine_key(engine_identity(fp8, c, "/m", 1)) != engine_key(engine_identity(plain, c, "/m", 1))
+    cfg["models"][2]["quantization"] = "FP8; rm -rf"
+    with pytest.raises(SpecsweepError, match="quantization"):
+        build_study(cfg)
+
+
 def test_dummy_weight_cells_decide_r_only():
     """Random weights measure step time, not acceptance: their cells enter C6 (R), never C1 (speedup)."""
     study = build_study(yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text()))

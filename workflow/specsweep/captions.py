@@ -183,15 +183,13 @@ def _fig7(data: Tables, m: str) -> str:
 
 
 def _fig8(data: Tables, _: str, others: Sequence[Tables] = ()) -> str:
-    configs, workloads, series = r_series(data, others)
+    series = r_series(data, others)[2]
     if not any(series.values()):
         return "No sized model with an ngram or suffix step in this run: no R at scale."
-    per = []
-    for cfg in configs:
-        for w in workloads:
-            vals = [f"{p.size:g}B {_v(p.r)}" for p in series.get((cfg, w), [])]
-            if vals:
-                per.append(f"{cfg} on {w}: " + ", ".join(vals))
+    per = [
+        f"{cfg} on {w}{f' ({q} weights)' if q else ''}: " + ", ".join(f"{p.size:g}B {_v(p.r)}" for p in pts)
+        for (cfg, w, q), pts in series.items()
+    ]
     runs = sorted({p.run for pts in series.values() for p in pts})
     lo, hi = ARTICLE_R_BAND
     return (

@@ -219,6 +219,13 @@ class Tables:
                 sizes[model] = size if size is not None and size > 0 else None
         return sizes
 
+    def quantization(self, model: str) -> str | None:
+        """The model's weight quantization (config models[].quantization; None: as stored, or unknown)."""
+        for (m, _, _), row in sorted(self.cells.items()):
+            if m == model and row.get("quantization"):
+                return str(row["quantization"])
+        return None
+
     def models(self) -> list[str]:
         """Models of the run, smallest first (unknown sizes last, ties by name)."""
         sizes = self.model_sizes()
@@ -1531,31 +1538,45 @@ class RPoint:
     model: str
     run: str
     r: Val
+    quantization: str | None = None  # the weights' (config models[].quantization); None: as stored
 
 
-def r_series(
-    data: Tables, others: Sequence[Tables] = ()
-) -> tuple[list[str], list[str], dict[tuple[str, str], list[RPoint]]]:
+#: A line of figure 8: (ladder step, workload, weight quantization or None).
+RLine = tuple[str, str, str | None]
+
+
+def r_series(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], list[str], dict[RLine, list[RPoint]]]:
     """Figure 8's data over this run and ``others``: the ladder steps (ngram, suffix) and workloads (this
-    run's, see :func:`r_at_scale`), and per (step, workload) the R of every sized model, smallest first. Each R
-    pairs cells of its own run (like with like); a model in two runs is taken from the first that has it."""
+    run's, see :func:`r_at_scale`), and per line (step, workload, weight quantization) the R of every sized
+    model, smallest first, where R has n >= 2. Each R pairs cells of its own run (like with like); quantized
+    weights (fp8, ...) make
+    every step cheaper, so they are lines of their own, never joined to the sizes measured as stored. A model
+    in two runs with the same quantization is taken from the first that has it."""
     _, _, _, workloads = r_at_scale(data)
     runs = [data, *others]
     configs = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
     sized = [(d, *r_at_scale(d)[:2]) for d in runs]  # (run, its sized models, their sizes)
-    series: dict[tuple[str, str], list[RPoint]] = {}
+    series: dict[RLine, list[RPoint]] = {}
     for cfg in configs:
         for w in workloads:
-            seen: set[str] = set()
-            pts = []
+            seen: set[tuple[str, str | None]] = set()
             for d, models, sizes in sized:
                 for m in models:
-                    if m in seen or (v := r_value(d, (m, w, cfg))) is None:
+                    q = d.quantization(m)
+                    v = r_value(d, (m, w, cfg))
+                    if (m, q) in seen or v is None or v.n < 2:  # no R from a single repeat
                         continue
-                    seen.add(m)
-                    pts.append(RPoint(sizes[m], m, d.run, v))
-            series[(cfg, w)] = sorted(pts, key=lambda p: (p.size, p.model))
-    return configs, workloads, series
+                    seen.add((m, q))
+                    series.setdefault((cfg, w, q), []).append(RPoint(sizes[m], m, d.run, v, q))
+    for pts in series.values():
+        pts.sort(key=lambda p: (p.size, p.model))
+    order = {q: i for i, q in enumerate(sorted({k[2] for k in series}, key=lambda q: (q is not None, q or "")))}
+    return configs, workloads, {k: series[k] for k in sorted(series, key=lambda k: (order[k[2]], k[:2]))}
+
+
+def line_label(line: RLine) -> str:
+    cfg, w, q = line
+    return f"{cfg} · {w}" + (f" · {q} weights" if q else "")
 
 
 def _run_conditions(d: Tables, models: Iterable[str]) -> str:
@@ -1564,9 +1585,11 @@ def _run_conditions(d: Tables, models: Iterable[str]) -> str:
     rows = [r for (m, _, _), r in sorted(d.cells.items()) if m in wanted and r.get("n")]
     tps = sorted({int(r["tp"]) for r in rows if r.get("tp") is not None})
     tokens = sorted({round(float(r["input_tokens_mean"])) for r in rows if _num(r.get("input_tokens_mean"))})
+    quant = sorted({str(r["quantization"]) for r in rows if r.get("quantization")})
     return (
         f"{_distinct(rows, 'device_name')}, vLLM {_distinct(rows, 'vllm_version')}, "
         f"TP {'/'.join(map(str, tps)) or '?'}, mean prompt {'/'.join(map(str, tokens)) or '?'} tokens"
+        + (f", weights quantized to {'/'.join(quant)} on load" if quant else "")
     )
 
 
@@ -1593,32 +1616,51 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     styles = ("-", "--", ":", "-.")
     run_markers = {d.run: "os^Dv"[i % 5] for i, d in enumerate([data, *ctx.r_runs])}
     points = [p for pts in series.values() for p in pts]
-    with ctx.figure("fig8_r_at_scale", needs, (11.0, 5.2), 2, title, top_extra_in=0.3) as (ax, bx):
+    drawn_runs = [d for d in (data, *ctx.r_runs) if any(p.run == d.run for p in points)]
+    single = sorted(
+        f"{m}/{w}/{c} (run {d.run})"
+        for d in (data, *ctx.r_runs)
+        for m in r_at_scale(d)[0]
+        for w in workloads
+        for c in configs
+        if (v := r_value(d, (m, w, c))) is not None and v.n < 2
+    )
+    single_note = f"left out, R from a single repeat (n = 1): {', '.join(single)}"
+    # the legends go below the axes (the points fill the upper right): room for panel a's rows, two a row
+    rows = -(-(1 + len(series) + (len(drawn_runs) if len(drawn_runs) > 1 else 0)) // 2)
+    legend_in = 0.18 * rows
+    size = (11.0, 5.2 + legend_in)
+    with ctx.figure("fig8_r_at_scale", needs, size, 2, title, top_extra_in=0.3, bottom_in=0.55 + legend_in) as (
+        ax,
+        bx,
+    ):
         if not points:
             for a in (ax, bx):
-                _message(a, f"no sized model with a speculative step in run {data.run}", color=MISSING_COLOR)
-            needs.notes.append("nothing plotted: no model with model_params_b, or no ngram/suffix step")
+                text = "R only from single repeats (n = 1)" if single else "no sized model with a speculative step"
+                _message(a, f"{text} in run {data.run}", color=MISSING_COLOR)
+            if single:
+                needs.notes.append(f"nothing plotted; {single_note}")
+            else:
+                needs.notes.append("nothing plotted: no model with model_params_b, or no ngram/suffix step")
             return needs
         lo, hi = ARTICLE_R_BAND
         ax.axhspan(lo, hi, color="#dddddd", zorder=0, label=f"article: R {lo:.2f}–{hi:.2f} (70B, TP 8)")
         ax.axhline(1.0, color="black", linewidth=0.6)
-        for cfg in configs:
+        for line, pts in series.items():
+            cfg, w, q = line
             colour = COLORS.get(cfg, "#333333")
-            for wi, w in enumerate(workloads):
-                pts = series.get((cfg, w), [])
-                if not pts:
-                    continue
-                ax.plot(
-                    [p.size for p in pts],
-                    [p.r.point for p in pts],
-                    styles[wi % len(styles)],
-                    color=colour,
-                    label=f"{cfg} · {w}",
-                )
-                for p in pts:
-                    ax.plot([p.size], [p.r.point], run_markers[p.run], color=colour, markersize=5)
-                    _whisker(ax, p.size, p.r, color=colour)
-        drawn_runs = [d for d in (data, *ctx.r_runs) if any(p.run == d.run for p in points)]
+            face = "none" if q else colour  # quantized weights: open markers, a thinner line
+            ax.plot(
+                [p.size for p in pts],
+                [p.r.point for p in pts],
+                styles[workloads.index(w) % len(styles)],
+                color=colour,
+                linewidth=0.9 if q else None,
+                label=line_label(line),
+            )
+            for p in pts:
+                ax.plot([p.size], [p.r.point], run_markers[p.run], color=colour, markersize=5, mfc=face)
+                _whisker(ax, p.size, p.r, color=colour)
         if len(drawn_runs) > 1:
             for d in drawn_runs:
                 ax.plot([], [], run_markers[d.run], color="#555555", linestyle="none", label=f"run {d.run}")
@@ -1627,7 +1669,8 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
             _size_axis(a)
             a.set_xlim(min(sizes) / 1.6, max(sizes) * 1.6)
         ax.set_ylabel(f"R = step time / {data.baseline} step time")
-        ax.legend(loc="upper right", fontsize=7, frameon=False)
+        below = {"loc": "upper left", "bbox_to_anchor": (0.0, -0.13), "ncols": 2, "fontsize": 7, "frameon": False}
+        ax.legend(**below)
         ax.set_title("a) R with 95 % intervals", loc="left", fontsize=8)
 
         bx.axhline(1.0, color="black", linewidth=0.6)
@@ -1641,19 +1684,23 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
                 if k is None:
                     needs.notes.append(f"b) {cfg}: no K in run {ref.run} ({ref.model}/{ref.workload})")
                     continue
-                per_size: dict[float, list[float]] = {}
-                for w in workloads:
-                    for p in series.get((cfg, w), []):
-                        per_size.setdefault(p.size, []).append(k.point / p.r.point)
-                if not per_size:
-                    continue
-                xs = sorted(per_size)
-                lows, highs = [min(per_size[x]) for x in xs], [max(per_size[x]) for x in xs]
+                per_size: dict[str | None, dict[float, list[float]]] = {}  # per weight quantization
+                for (c, _, q), pts in series.items():
+                    for p in pts if c == cfg else ():
+                        per_size.setdefault(q, {}).setdefault(p.size, []).append(k.point / p.r.point)
                 colour = COLORS.get(cfg, "#333333")
-                bx.fill_between(xs, lows, highs, color=colour, alpha=0.25, linewidth=0)
-                bx.plot(xs, lows, "-", color=colour, linewidth=0.8)
-                bx.plot(xs, highs, "-", color=colour, linewidth=0.8, label=f"{cfg}: K = {k.point:.2f} / R")
-            bx.legend(loc="upper right", fontsize=7, frameon=False)
+                for q, by_size in per_size.items():
+                    xs = sorted(by_size)
+                    lows, highs = [min(by_size[x]) for x in xs], [max(by_size[x]) for x in xs]
+                    style = "--" if q else "-"
+                    label = f"{cfg}: K = {k.point:.2f} / R" + (f" ({q} weights)" if q else "")
+                    if len(xs) == 1:  # one size: its span as a bar
+                        bx.plot(xs * 2, [lows[0], highs[0]], style, color=colour, marker="_", label=label)
+                        continue
+                    bx.fill_between(xs, lows, highs, color=colour, alpha=0.12 if q else 0.25, linewidth=0)
+                    bx.plot(xs, lows, style, color=colour, linewidth=0.8)
+                    bx.plot(xs, highs, style, color=colour, linewidth=0.8, label=label)
+            bx.legend(**below)
             needs.notes.append(
                 f"b) a prediction, not a measurement: K of {ref.model} on '{ref.workload}' (run {ref.run}, real "
                 "weights) divided by each size's R; the band spans R over the workloads of panel a"
@@ -1664,6 +1711,8 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
             "a) R over decode steps where the prefill probe ran (R_decode), else over all steps; weights: see "
             "the run's cells (dummy weights measure step cost only, never acceptance)"
         )
+        if single:
+            needs.notes.append(single_note)
         if len(drawn_runs) > 1:
             for d in drawn_runs:
                 mine = sorted({p.model for p in points if p.run == d.run})

@@ -50,6 +50,7 @@ CELL_ID_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("model", S),
     ("model_params_b", F),
     ("tp", I),
+    ("quantization", S),
     ("workload", S),
     ("config", S),
     ("method", S),
@@ -302,13 +303,15 @@ def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def cell_identity(study: Study, cell: Cell) -> dict[str, Any]:
-    """The columns that name a cell in every table: run, model and its size and TP, workload, config, method."""
+    """The columns that name a cell in every table: run, model and its size, TP and weight quantization, workload,
+    config, method."""
     spec = study.models[cell.model]
     return {
         "run": study.run,
         "model": cell.model,
         "model_params_b": float(spec.params_b),
         "tp": spec.tp,
+        "quantization": spec.quantization,
         "workload": cell.workload,
         "config": cell.config,
         "method": study.ladder[cell.config].method,
