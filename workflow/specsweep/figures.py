@@ -1549,9 +1549,8 @@ def r_series(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], li
     """Figure 8's data over this run and ``others``: the ladder steps (ngram, suffix) and workloads (this
     run's, see :func:`r_at_scale`), and per line (step, workload, weight quantization) the R of every sized
     model, smallest first, where R has n >= 2. Each R pairs cells of its own run (like with like); quantized
-    weights (fp8, ...) make
-    every step cheaper, so they are lines of their own, never joined to the sizes measured as stored. A model
-    in two runs with the same quantization is taken from the first that has it."""
+    weights (fp8, ...) make every step cheaper, so they are lines of their own, never joined to the sizes
+    measured as stored. A model in two runs with the same quantization is taken from the first that has it."""
     _, _, _, workloads = r_at_scale(data)
     runs = [data, *others]
     configs = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
