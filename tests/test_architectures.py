@@ -364,16 +364,14 @@ def test_profiles_h200_shapes_and_preflight():
     for m in shapes.models.values():
         assert shapes.engine["max_model_len"] <= arch.load_architecture(m.architecture)["max_position_embeddings"]
     # the 70B/72B shapes at TP 2: the same measurement in every other respect, so R lines up across sizes
-    big = yaml.safe_load((ROOT / "config" / "h200x2-shapes.yaml").read_text())
     small = yaml.safe_load((ROOT / "config" / "h200-shapes.yaml").read_text())
-    assert {k for k in big.keys() | small.keys() if big.get(k) != small.get(k)} == {
-        "run",
-        "headline_model",
-        "models",
-        "groups",
-        "engine",
-        "r_at_scale_runs",
-    }
+    runs_apart = {"run", "headline_model", "models", "groups", "r_at_scale_runs"}  # what names a run and its sizes
+
+    def differs(other: dict) -> set[str]:
+        return {k for k in other.keys() | small.keys() if other.get(k) != small.get(k)}
+
+    big = yaml.safe_load((ROOT / "config" / "h200x2-shapes.yaml").read_text())
+    assert differs(big) == runs_apart | {"engine"}
     # ... and the engine differs only by the all-reduce, which the lent two-GPU machine needs from NCCL
     assert big["engine"] == small["engine"] | {"disable_custom_all_reduce": True}
     assert [(m["architecture"], m["tp"]) for m in big["models"]] == [
@@ -383,13 +381,7 @@ def test_profiles_h200_shapes_and_preflight():
     assert len(load_study(ROOT / "config" / "h200x2-shapes.yaml").cells) == 12
     # the fp8 run on one H200: the same measurement but for fp8 weights (the 72B shape fits one H200 so)
     fp8 = yaml.safe_load((ROOT / "config" / "h200-fp8-shapes.yaml").read_text())
-    assert {k for k in fp8.keys() | small.keys() if fp8.get(k) != small.get(k)} == {
-        "run",
-        "headline_model",
-        "models",
-        "groups",
-        "r_at_scale_runs",
-    }
+    assert differs(fp8) == runs_apart
     assert [(m["architecture"], m["tp"], m["quantization"]) for m in fp8["models"]] == [
         ("qwen2.5-72b-instruct", 1, "fp8"),
         ("qwen2.5-32b-instruct", 1, "fp8"),
