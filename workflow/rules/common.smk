@@ -277,7 +277,9 @@ WORKLOAD_HASH = {name: _workload_hash(name) for name in STUDY.workloads}
 # on a cluster, the SLURM profile's group-components puts a group's cells into one job, and its `engine`
 # resource (scoped local, one per job) runs them there one after the other, so the engine starts once per job
 # instead of once per cell.
-ENGINE_GROUP = "engine-{model}-{config}" + ("-r{repeat}" if STUDY.engine_per_repeat else "")
+ENGINE_GROUP = "engine-{model}-{config}" + (
+    "-r{repeat}" if STUDY.engine_per_repeat else ""
+)
 # The Snakemake scheduler's own pid: a cell job writes nothing when it has died (kill -9 of Snakemake).
 SCHEDULER_PID = os.getpid()
 
