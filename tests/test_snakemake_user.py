@@ -181,7 +181,7 @@ def test_dry_run_commands_resolve_python_from_the_job_environment(checkout, ligh
         assert f"specsweep: note: jobs run {light_bin / 'python3'}" in out
         rule = None
         for line in out.splitlines():
-            if m := re.match(r"(?:local)?rule (\w+):", line):
+            if m := re.match(r"\s*(?:local)?rule (\w+):", line):  # indented inside a group job
                 rule = m.group(1)
             elif line.startswith("Shell command: ") and line != "Shell command: None":
                 cmd = line.removeprefix("Shell command: ")
