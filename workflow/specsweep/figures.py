@@ -1545,32 +1545,47 @@ class RPoint:
 RLine = tuple[str, str, str | None]
 
 
-def r_series(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], list[str], dict[RLine, list[RPoint]]]:
-    """Figure 8's data over this run and ``others``: the ladder steps (ngram, suffix) and workloads (this
-    run's, see :func:`r_at_scale`), and per line (step, workload, weight quantization) the R of every sized
-    model, smallest first, where R has n >= 2. Each R pairs cells of its own run (like with like); quantized
-    weights (fp8, ...) make every step cheaper, so they are lines of their own, never joined to the sizes
-    measured as stored. A model in two runs with the same quantization is taken from the first that has it."""
+def r_points(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], list[str], list[tuple[RLine, RPoint]]]:
+    """Every R figure 8 could draw, over this run and ``others``: the ladder steps (ngram, suffix), the
+    workloads (this run's, see :func:`r_at_scale`), and each sized model's R per (step, workload), whatever its
+    n, with the line it belongs to (step, workload, weight quantization), by step, workload, run, model."""
     _, _, _, workloads = r_at_scale(data)
     runs = [data, *others]
     configs = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
-    sized = [(d, *r_at_scale(d)[:2]) for d in runs]  # (run, its sized models, their sizes)
-    series: dict[RLine, list[RPoint]] = {}
+    sized = []  # (run, model, its size, its weights' quantization)
+    for d in runs:
+        models, sizes, _, _ = r_at_scale(d)
+        sized += [(d, m, sizes[m], d.quantization(m)) for m in models]
+    out = []
     for cfg in configs:
         for w in workloads:
-            seen: set[tuple[str, str | None]] = set()
-            for d, models, sizes in sized:
-                for m in models:
-                    q = d.quantization(m)
-                    v = r_value(d, (m, w, cfg))
-                    if (m, q) in seen or v is None or v.n < 2:  # no R from a single repeat
-                        continue
-                    seen.add((m, q))
-                    series.setdefault((cfg, w, q), []).append(RPoint(sizes[m], m, d.run, v, q))
+            for d, m, size, q in sized:
+                if (v := r_value(d, (m, w, cfg))) is not None:
+                    out.append(((cfg, w, q), RPoint(size, m, d.run, v, q)))
+    return configs, workloads, out
+
+
+def r_lines(points: Iterable[tuple[RLine, RPoint]]) -> dict[RLine, list[RPoint]]:
+    """Figure 8's lines from :func:`r_points`: per line the R of every sized model, smallest first, where R has
+    n >= 2. Each R pairs cells of its own run (like with like); quantized weights (fp8, ...) make every step
+    cheaper, so they are lines of their own, never joined to the sizes measured as stored. A model in two runs
+    with the same quantization is taken from the first that has it. Lines as stored come first."""
+    series: dict[RLine, list[RPoint]] = {}
+    seen: set[tuple[RLine, str]] = set()
+    for line, p in points:
+        if (line, p.model) in seen or p.r.n < 2:  # no R from a single repeat
+            continue
+        seen.add((line, p.model))
+        series.setdefault(line, []).append(p)
     for pts in series.values():
         pts.sort(key=lambda p: (p.size, p.model))
-    order = {q: i for i, q in enumerate(sorted({k[2] for k in series}, key=lambda q: (q is not None, q or "")))}
-    return configs, workloads, {k: series[k] for k in sorted(series, key=lambda k: (order[k[2]], k[:2]))}
+    return {k: series[k] for k in sorted(series, key=lambda k: (k[2] is not None, k[2] or "", k[0], k[1]))}
+
+
+def r_series(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], list[str], dict[RLine, list[RPoint]]]:
+    """Figure 8's steps, workloads and lines (:func:`r_points`, then :func:`r_lines`)."""
+    configs, workloads, points = r_points(data, others)
+    return configs, workloads, r_lines(points)
 
 
 def line_label(line: RLine) -> str:
@@ -1606,7 +1621,8 @@ def _size_axis(ax: Axes) -> None:
 def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     data = ctx.data
     models, _, _, _ = r_at_scale(data)
-    configs, workloads, series = r_series(data, ctx.r_runs)
+    configs, workloads, every = r_points(data, ctx.r_runs)
+    series = r_lines(every)
     needs = _Needs.of(data, [(m, w, c) for m in models for w in workloads for c in (data.baseline, *configs)])
     title = (
         "R at scale: step time of each drafter over the baseline's, against model size "
@@ -1616,14 +1632,7 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     run_markers = {d.run: "os^Dv"[i % 5] for i, d in enumerate([data, *ctx.r_runs])}
     points = [p for pts in series.values() for p in pts]
     drawn_runs = [d for d in (data, *ctx.r_runs) if any(p.run == d.run for p in points)]
-    single = sorted(
-        f"{m}/{w}/{c} (run {d.run})"
-        for d in (data, *ctx.r_runs)
-        for m in r_at_scale(d)[0]
-        for w in workloads
-        for c in configs
-        if (v := r_value(d, (m, w, c))) is not None and v.n < 2
-    )
+    single = sorted(f"{p.model}/{w}/{c} (run {p.run})" for (c, w, _), p in every if p.r.n < 2)
     single_note = f"left out, R from a single repeat (n = 1): {', '.join(single)}"
     # the legends go below the axes (the points fill the upper right): room for panel a's rows, two a row
     rows = -(-(1 + len(series) + (len(drawn_runs) if len(drawn_runs) > 1 else 0)) // 2)
