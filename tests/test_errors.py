@@ -4,14 +4,19 @@ no traceback, and nothing half-written left behind."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import ROOT, snakemake, tiny_config
+from conftest import ROOT, snakemake, stop_engines, tiny_config
 from specsweep.config import build_study
 
 MODEL = "smollm2-135m-instruct"
@@ -277,3 +282,169 @@ def test_unwritable_output_is_one_line(setup, tmp_path):
         str(blocker / "tables"),
     )
     assert_one_line(proc, str(blocker))
+
+
+# --- inputs that used to be read without end, tracebacks and silent accepts -------------------------------
+
+
+def test_corpus_not_a_regular_file(setup):
+    """A device named as the corpus (here /dev/zero, which reads without end) is refused without reading it."""
+    import resource
+
+    def cap_memory() -> None:  # were it read, it would fail here at 1 GiB, not take the machine's memory
+        resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, 1 << 30))
+
+    out = setup["tmp"] / "c.txt"
+    args = ["corpus", "--config", str(setup["cfg"]), "--set", "sonnet_path=/dev/zero", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specsweep.cli", *args], capture_output=True, text=True, preexec_fn=cap_memory
+    )
+    assert_one_line(proc, "corpus /dev/zero: not a regular file (config key sonnet_path)")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("record", ["[]", "{}", '{"error_type": "OSError"}'])
+@pytest.mark.parametrize("command", ["tables", "status"])
+def test_failure_record_not_an_object(setup, record, command):
+    """A failure record that is a JSON array, an empty object or lacks its message is one line naming the file
+    (not a traceback, not "failed: None: None")."""
+    fail = setup["tmp"] / f"results/err/failures/{MODEL}/code/ngram/r1.json"
+    fail.parent.mkdir(parents=True)
+    fail.write_text(record)
+    extra = ["--out", str(setup["tmp"] / "tables")] if command == "tables" else []
+    proc = cli(command, "--config", str(setup["cfg"]), "--results", str(setup["tmp"] / "results"), *extra)
+    assert_one_line(proc, f"failure record {fail}: ", "delete it")
+    assert not (setup["tmp"] / "tables").exists()
+
+
+def test_status_of_a_missing_results_folder(setup):
+    """A mistyped --results is an error, not a run with nothing done (exit 0, "done 0")."""
+    missing = setup["tmp"] / "resluts"
+    proc = cli("status", "--config", str(setup["cfg"]), "--results", str(missing))
+    assert_one_line(proc, f"--results {missing}: no such folder")
+    assert proc.stdout == ""
+
+
+def test_figures_from_missing_tables(setup):
+    """figures --tables naming a folder that does not exist, or one without the tables, is one line naming it
+    (not "(no file)"), and leaves no figures folder or staging folder behind."""
+    missing = setup["tmp"] / "no-tables"
+    out = setup["tmp"] / "figs"
+    assert_one_line(
+        cli("figures", "--config", str(setup["cfg"]), "--tables", str(missing), "--out", str(out)),
+        f"--tables {missing}: no such folder",
+    )
+    missing.mkdir()
+    (missing / "cells.parquet").write_bytes(b"")
+    assert_one_line(
+        cli("figures", "--config", str(setup["cfg"]), "--tables", str(missing), "--out", str(out)),
+        f"--tables {missing}: has no speedup.parquet",
+    )
+    assert not [p.name for p in setup["tmp"].iterdir() if p.name.startswith((".figs", "figs"))]
+
+
+def test_max_model_len_below_a_workload_is_refused_before_the_engine(setup, smollm2):
+    """engine.max_model_len below a workload's prompt + max_tokens is refused before any engine starts: one line
+    naming the workload, its longest prompt + max_tokens and max_model_len, in the time it takes to tokenise (no
+    engine host spawned, no engine log), and a failure record."""
+    cfg = yaml.safe_load(setup["cfg"].read_text())
+    cfg["engine"]["max_model_len"] = 100
+    cfg_path = setup["tmp"] / "short.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    out = setup["tmp"] / f"results/err/cells/{MODEL}/code/vanilla/r1.json"
+    log = setup["tmp"] / "logs/r1.log"
+    log.parent.mkdir()
+    args = ["--workload-file", str(setup["wl"]), "--out", str(out), "--model-path", str(smollm2), "--log", str(log)]
+    t0 = time.monotonic()
+    try:
+        proc = cli("run-cell", "--config", str(cfg_path), *args, cwd=setup["tmp"])
+        elapsed = time.monotonic() - t0
+        hosts = cli("engines", cwd=setup["tmp"])
+    finally:
+        stop_engines(setup["tmp"])  # the old behaviour left a host running
+    line = assert_one_line(proc, f"workload code on model {MODEL}: prompt ", "more than engine.max_model_len 100")
+    m = re.search(r"needs (\d+) \+ 32 \(max_tokens\) = (\d+) tokens", line)
+    assert m and int(m[1]) + 32 == int(m[2]) > 100, line
+    assert hosts.returncode == 0 and hosts.stdout == "", hosts.stdout  # no engine host was spawned
+    assert not list(log.parent.glob("engine-*.log"))  # ... nor its log written
+    assert elapsed < 25, f"{elapsed:.1f} s: as long as an engine start"
+    assert not out.exists()
+    failure = json.loads((setup["tmp"] / f"results/err/failures/{MODEL}/code/vanilla/r1.json").read_text())
+    assert "more than engine.max_model_len 100" in failure["message"]
+
+
+def test_slurm_profile_without_a_partition(tmp_path, smoke_cfg, sonnet):
+    """The SLURM profile with its slurm_partition removed (or left empty) stops the parse with one line naming
+    the key: the dry run no longer plans GPU jobs for the cluster's default partition. The profile as shipped
+    plans them."""
+    cfg = tiny_config(smoke_cfg, sonnet, run="slurm")
+    cfg_path = tmp_path / "slurm.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    profile = yaml.safe_load((ROOT / "profiles/slurm/config.v8+.yaml").read_text())
+    assert profile["executor"] == "slurm" and profile["default-resources"]["slurm_partition"]
+    for name, partition in (("unset", None), ("empty", "")):
+        folder = tmp_path / name
+        folder.mkdir()
+        changed = dict(profile, **{"default-resources": dict(profile["default-resources"])})
+        if partition is None:
+            del changed["default-resources"]["slurm_partition"]
+        else:
+            changed["default-resources"]["slurm_partition"] = partition
+        (folder / "config.v8+.yaml").write_text(yaml.safe_dump(changed))
+        proc = snakemake(tmp_path, "-n", "--profile", str(folder), "--configfile", str(cfg_path), check=False)
+        assert proc.returncode != 0, proc.stdout[-2000:]
+        errors = [ln for ln in proc.stderr.splitlines() if "error" in ln.lower()]
+        assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        state = "is not set" if partition is None else "is empty"
+        assert errors[0].startswith(f"specsweep: error: SLURM executor: default-resources slurm_partition {state}")
+        assert "set slurm_partition under default-resources" in errors[0]
+        assert "measure" in errors[0] and "Job stats" not in proc.stdout
+    proc = snakemake(tmp_path, "-n", "--profile", str(ROOT / "profiles/slurm"), "--configfile", str(cfg_path))
+    assert "measure" in proc.stdout
+
+
+def test_staging_folders_of_killed_writes_are_removed(tmp_path):
+    """The staging folders a killed tables or figures write left (`.tables.new-*`, `.tables.old-*`) are removed
+    by the next write: those of a process that has ended. A concurrent write's (its process alive, here this
+    test's) and another host's are left alone."""
+    from specsweep.tables import write_set
+
+    out = tmp_path / "tables"
+    write_set(out, {"a.txt": b"old"})
+    host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(ended.stdout)
+    left = {
+        f".tables.new-{host}-{dead}-k1ll3d": False,  # a killed write: removed
+        f".tables.old-{host}-{dead}": False,  # killed between the swap's rename and its removal: removed
+        f".tables.new-{host}-{os.getpid()}-l1ve": True,  # a write in progress: kept
+        f".tables.new-otherhost-{dead}-rem0te": True,  # another host's (the pid says nothing here): kept
+        ".tables.new-0ldst4ge": False,  # an older specsweep's (no pid), more than an hour old: removed
+        ".tables.new-fr3sh": True,  # ... and one of a minute ago: kept
+    }
+    for name in left:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.txt").write_bytes(b"partial")
+    hour_ago = time.time() - 3700
+    os.utime(tmp_path / ".tables.new-0ldst4ge", (hour_ago, hour_ago))
+    write_set(out, {"a.txt": b"new"})
+    assert (out / "a.txt").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["tables", *(n for n, keep in left.items() if keep)])
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """`specsweep cells ... | head`: the reader has gone, so the command stops without a word on stderr (no
+    "(no file): Broken pipe") and with the status of a tool ended by SIGPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "specsweep.cli", "cells", "--config", str(ROOT / "config/config.yaml")],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 128 + signal.SIGPIPE, proc.stderr
+    assert "error" not in proc.stderr and "Broken pipe" not in proc.stderr and "Traceback" not in proc.stderr

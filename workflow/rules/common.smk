@@ -21,6 +21,7 @@ import copy  # noqa: E402
 import yaml  # noqa: E402
 
 from specsweep.config import check_config_files  # noqa: E402
+from specsweep.slurm import check_snakemake_run  # noqa: E402
 from specsweep.jobenv import cli_command, interpreter_note  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
@@ -56,6 +57,7 @@ try:
     STUDY = build_study(copy.deepcopy(config))
     if not _preflight_only():
         check_gpu_budget(STUDY, _granted_gpus())
+    check_snakemake_run()  # under the SLURM executor: a partition for the GPU jobs
 except SpecsweepError as exc:
     sys.exit(f"specsweep: error: {exc}")
 validate(config, schema="../schemas/config.schema.yaml")

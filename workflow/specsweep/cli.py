@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -323,7 +325,11 @@ def cmd_tables(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from . import status
 
-    return status.main(_study(args), Path(args.results), args.json)
+    study = _study(args)
+    results = Path(args.results)
+    if not results.is_dir():  # a mistyped folder would read as a run with nothing done
+        raise SpecsweepError(f"--results {results}: {'not a folder' if results.exists() else 'no such folder'}")
+    return status.main(study, results, args.json)
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
@@ -336,6 +342,11 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
     study = _study(args)
     out = Path(args.out)
+    tables = Path(args.tables)
+    for name in ("cells.parquet", "speedup.parquet"):  # before anything is staged: one line naming what is missing
+        if not (tables / name).is_file():
+            what = f"has no {name}" if tables.is_dir() else "no such folder"
+            raise SpecsweepError(f"--tables {tables}: {what} (build them first: specsweep tables)")
     k_ref = load_k_ref(study.raw, Path(args.tables))
     r_runs = load_r_runs(study.raw, Path(args.tables))
     staged = staging_dir(out)
@@ -461,14 +472,33 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _stdout_gone() -> bool:
+    """stdout is a pipe nobody reads any more. A broken pipe elsewhere (an engine host's socket) is an error."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe (`specsweep cells | head`) is caught below
+        return code
     except SpecsweepError as exc:
         print(f"specsweep: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # disk full, read-only or missing folder: one line naming the file, no traceback
+        if isinstance(exc, BrokenPipeError) and _stdout_gone():
+            # the reader of stdout has gone (`| head`): stop quietly, as a tool ended by SIGPIPE does; stdout
+            # goes to /dev/null so that the interpreter's own flush at exit cannot complain either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
         where = exc.filename or "(no file)"
         print(f"specsweep: error: {where}: {exc.strerror or type(exc).__name__}"[:400], file=sys.stderr)
         return 2

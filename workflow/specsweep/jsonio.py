@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import math
 import os
+import re
+import socket
+import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,12 +111,68 @@ def read_json(path: Path, what: str = "JSON file") -> Any:
     return parse_json(text, f"{what} {path}")
 
 
+#: A staging folder of a process that died (kill -9) is removed by the next write of the same set once it is
+#: this old, when its name does not say which process made it (folders made before names carried the pid).
+UNNAMED_STAGING_AGE_S = 3600.0
+
+
+def _owner_tag() -> str:
+    """`{host}-{pid}` of this process, as staging folder names carry it (the host without '-')."""
+    host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "_"
+    return f"{host}-{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def clean_staging(final: Path) -> list[Path]:
+    """Remove the staging (`.{name}.new-*`) and swapped-out (`.{name}.old-*`, while `final` exists) folders
+    beside `final` that a killed write left: only this user's real folders (no symlinks) whose process, named
+    in the folder name (`{host}-{pid}`), is on this host and has ended. A live one of a concurrent write, one
+    of another host and one whose pid is running again are kept. Returns the folders removed."""
+    import shutil
+
+    final = Path(final)
+    tag = re.compile(r"(?P<host>[A-Za-z0-9._]+)-(?P<pid>[0-9]+)(?:-[A-Za-z0-9_]*)?")
+    host = _owner_tag().rsplit("-", 1)[0]
+    removed = []
+    for kind in ("new", "old"):
+        prefix = f".{final.name}.{kind}-"
+        if kind == "old" and not final.exists():
+            continue  # recover_dir() puts the newest back
+        for p in sorted(final.parent.glob(f"{glob.escape(prefix)}*")):
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            m = tag.fullmatch(p.name[len(prefix) :])
+            if m:
+                stale = m["host"] == host and int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"]))
+            else:  # made before names carried their process
+                stale = time.time() - st.st_mtime > UNNAMED_STAGING_AGE_S
+            if stale:
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
+
+
 def staging_dir(final: Path) -> Path:
-    """A fresh sibling folder to write a set of files into before swap_dir() puts it in place."""
+    """A fresh sibling folder to write a set of files into before swap_dir() puts it in place; the staging
+    folders that killed writes left beside it are removed first (clean_staging)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     recover_dir(final)
-    return Path(tempfile.mkdtemp(prefix=f".{final.name}.new-", dir=final.parent))
+    clean_staging(final)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.new-{_owner_tag()}-", dir=final.parent))
 
 
 def recover_dir(final: Path) -> None:
@@ -135,7 +196,7 @@ def swap_dir(staged: Path, final: Path) -> None:
                 os.fsync(fh.fileno())
     old = None
     if final.exists():
-        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        old = final.parent / f".{final.name}.old-{_owner_tag()}"
         os.replace(final, old)
     os.replace(staged, final)
     os.chmod(final, 0o755)

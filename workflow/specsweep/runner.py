@@ -15,9 +15,10 @@ from typing import Any
 
 from . import cells, enginehost, metrics, paths, preflight_checks, provenance, workloads
 from .config import Cell, Study
-from .engine import Engine, engine_identity, engine_key, resolve_model, token_hash
+from .architectures import tokenizer_path
+from .engine import Engine, encode_prompts, engine_identity, engine_key, resolve_model, token_hash, uses_chat
 from .errors import SpecsweepError
-from .jsonio import atomic_write_json, sha256_obj
+from .jsonio import atomic_write_json, read_json, sha256_obj
 
 FORMAT = "specsweep-cell/2"
 
@@ -175,6 +176,68 @@ def run_engine_host(study: Study, cell: Cell, repeat: int, model_path: str | Non
     enginehost.serve(key, engine, handle, enginehost.engine_dir())
 
 
+#: Tokens a prompt may hold beyond its UTF-8 bytes plus its chat template's text: BOS/EOS and the like. A
+#: byte-level BPE or byte-fallback tokenizer gives at most one token per byte of text.
+SPECIAL_TOKEN_SLACK = 16
+
+
+def _chat_template_bytes(tokenizer_dir: Path) -> int | None:
+    """The size of the chat template's own text (tokenizer_config.json's chat_template, chat_template.jinja),
+    which bounds what it adds around one message; None when it cannot be read."""
+    size = 0
+    try:
+        jinja = tokenizer_dir / "chat_template.jinja"
+        if jinja.is_file():
+            size += jinja.stat().st_size
+        tc = tokenizer_dir / "tokenizer_config.json"
+        if tc.is_file():
+            template = read_json(tc, "tokenizer config").get("chat_template") or ""
+            items = template if isinstance(template, list) else [template]
+            size += sum(len(str(t.get("template", "") if isinstance(t, dict) else t).encode()) for t in items)
+    except (OSError, SpecsweepError, AttributeError):
+        return None
+    return size
+
+
+def check_workload_fits(study: Study, cell: Cell, model: str, wl: dict[str, Any]) -> None:
+    """Refuse, before any engine starts, a workload whose prompt plus its max_tokens exceeds the cell's
+    engine.max_model_len (vLLM would refuse it only after the engine start).
+
+    Prompts that fit by a bound need no tokenizer: tokens <= UTF-8 bytes of the text + the chat template's
+    text + SPECIAL_TOKEN_SLACK. When the bound does not prove it, the prompts are tokenised as the engine
+    tokenises them (engine.encode_prompts, the model folder's tokenizer) and checked exactly. A model that is
+    not a local folder, or a tokenizer that does not load here, is left to the engine's own check."""
+    max_len = study.cell_settings(cell)["engine"].get("max_model_len")
+    spec = study.models[cell.model]
+    tok_dir = Path(tokenizer_path(spec, model))
+    if max_len is None or not tok_dir.is_dir():
+        return
+    template = _chat_template_bytes(tok_dir) if spec.chat_template else 0
+    parts = (("prompts", "workload"), ("warmup", "workload warm-up"))
+    if template is not None and all(
+        len(it["text"].encode()) + template + SPECIAL_TOKEN_SLACK + it["max_tokens"] <= max_len
+        for key, _ in parts
+        for it in wl[key]
+    ):
+        return
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=spec.trust_remote_code)
+    except Exception:  # a tokenizer only vLLM loads (its own modes): the engine's check stays
+        return
+    use_chat = uses_chat(spec, tokenizer)
+    for key, what in parts:
+        if wl[key]:
+            ids = encode_prompts(tokenizer, wl[key], use_chat)
+            preflight_checks.check_prompt_lengths(
+                [len(i) for i in ids],
+                [it["max_tokens"] for it in wl[key]],
+                max_len,
+                f"{what} {cell.workload} on model {cell.model}",
+            )
+
+
 def run_cell(
     study: Study,
     key: paths.Key,
@@ -212,6 +275,7 @@ def run_cell(
         if model_path:
             preflight_checks.check_model_dir(model_path)
         model = resolve_model(study, cell, model_path)
+        check_workload_fits(study, cell, model, wl)
         ekey = engine_key(engine_identity(study, cell, model, key.repeat))
         if reuse:
             if config_path is None:

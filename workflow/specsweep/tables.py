@@ -319,6 +319,20 @@ def cell_identity(study: Study, cell: Cell) -> dict[str, Any]:
     }
 
 
+def failure_error(path: Path) -> str:
+    """A failure record's "ErrorType: message", at most 500 characters. A record that is not an object with
+    both as strings (a JSON list, `{}`, a hand edit) is one line naming the file: its cell is neither
+    measured nor known to have failed."""
+    record = read_json(path, "failure record")
+    if not isinstance(record, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(record), "a number")
+        raise SpecsweepError(f"failure record {path}: {kind}, not a JSON object; delete it")
+    bad = [k for k in ("error_type", "message") if not isinstance(record.get(k), str)]
+    if bad:
+        raise SpecsweepError(f"failure record {path}: no {' or '.join(bad)} (a string expected); delete it")
+    return f"{record['error_type']}: {record['message']}"[:500]
+
+
 def load_measurements(study: Study, results: Path, allow_stale: bool = False):
     """rows (one per expected measurement), docs {(model, workload, config, repeat): doc}, stale list."""
     rows, docs, stale = [], {}, []
@@ -342,8 +356,7 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             docs[(cell.model, cell.workload, cell.config, r)] = doc
             base |= _measurement_row(doc, str(path))
         elif paths.failure(results, key).is_file():
-            failure = read_json(paths.failure(results, key), "failure record")
-            base |= {"status": "failed", "error": f"{failure.get('error_type')}: {failure.get('message')}"[:500]}
+            base |= {"status": "failed", "error": failure_error(paths.failure(results, key))}
         rows.append(base)
     if stale and not allow_stale:
         first = stale[0]
