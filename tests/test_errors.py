@@ -345,8 +345,8 @@ def test_figures_from_missing_tables(setup):
 
 def test_max_model_len_below_a_workload_is_refused_before_the_engine(setup, smollm2):
     """engine.max_model_len below a workload's prompt + max_tokens is refused before any engine starts: one line
-    naming the workload, its longest prompt + max_tokens and max_model_len, in the time it takes to tokenise (no
-    engine host spawned, no engine log), and a failure record."""
+    naming the workload, its longest prompt + max_tokens and max_model_len, with no engine host spawned (none
+    listed, no engine log beside the job's), and a failure record."""
     cfg = yaml.safe_load(setup["cfg"].read_text())
     cfg["engine"]["max_model_len"] = 100
     cfg_path = setup["tmp"] / "short.yaml"
@@ -355,10 +355,8 @@ def test_max_model_len_below_a_workload_is_refused_before_the_engine(setup, smol
     log = setup["tmp"] / "logs/r1.log"
     log.parent.mkdir()
     args = ["--workload-file", str(setup["wl"]), "--out", str(out), "--model-path", str(smollm2), "--log", str(log)]
-    t0 = time.monotonic()
     try:
         proc = cli("run-cell", "--config", str(cfg_path), *args, cwd=setup["tmp"])
-        elapsed = time.monotonic() - t0
         hosts = cli("engines", cwd=setup["tmp"])
     finally:
         stop_engines(setup["tmp"])  # the old behaviour left a host running
@@ -367,7 +365,6 @@ def test_max_model_len_below_a_workload_is_refused_before_the_engine(setup, smol
     assert m and int(m[1]) + 32 == int(m[2]) > 100, line
     assert hosts.returncode == 0 and hosts.stdout == "", hosts.stdout  # no engine host was spawned
     assert not list(log.parent.glob("engine-*.log"))  # ... nor its log written
-    assert elapsed < 25, f"{elapsed:.1f} s: as long as an engine start"
     assert not out.exists()
     failure = json.loads((setup["tmp"] / f"results/err/failures/{MODEL}/code/vanilla/r1.json").read_text())
     assert "more than engine.max_model_len 100" in failure["message"]
