@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from . import cells, enginehost, metrics, paths, preflight_checks, provenance, workloads
-from .config import Cell, Study
 from .architectures import tokenizer_path
+from .config import Cell, Study
 from .engine import Engine, encode_prompts, engine_identity, engine_key, resolve_model, token_hash, uses_chat
 from .errors import SpecsweepError
 from .jsonio import atomic_write_json, read_json, sha256_obj

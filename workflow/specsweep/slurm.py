@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 from .errors import SpecsweepError
@@ -63,7 +64,7 @@ def snakemake_args() -> Any | None:
     """The arguments Snakemake's command line parsed (profiles included), read from the frame of
     snakemake.cli.args_to_api that is parsing this workflow; None under the Python API, which has no such
     frame. The executor is chosen on that command line and is not on the workflow object while it parses."""
-    frame = sys._getframe()
+    frame: FrameType | None = sys._getframe()
     while frame is not None:
         if frame.f_code.co_name == "args_to_api" and frame.f_globals.get("__name__") == "snakemake.cli":
             return frame.f_locals.get("args")
