@@ -100,6 +100,7 @@ def test_status_counts_stale_and_failed(copy_with_stale_and_failed):
 
 
 def test_status_of_a_run_not_started(tmp_path):
+    (tmp_path / "results").mkdir()  # a results folder without this run (a missing folder is an error: test_errors)
     text = status("--results", str(tmp_path / "results")).stdout
     assert "done 0, failed 0, stale 0, left 90" in text
     assert "to go: 90 measurements, time unknown (nothing measured yet)" in text
