@@ -193,6 +193,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if not arch:
         raise SpecsweepError(f"cell {key.label}: nothing archived under {paths.archive_dir(root, key)}")
     out = paths.measurement(root, key)
+    paths.check_no_link_out(root, out)
     if out.exists() and not args.force:
         raise SpecsweepError(f"cell path {out}: exists; pass --force to replace it with the archived measurement")
     doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.config))
