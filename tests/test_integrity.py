@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -1067,3 +1068,44 @@ def test_huge_value_in_a_schema_error_is_not_echoed():
     cfg["run"] = ["x" * 4000] * 20
     line = refused(build_study, cfg)
     assert line.startswith("config: run: [") and "is not of type 'string'" in line
+
+
+# ------------------------------------------------------------------------------------------ written, then edited
+
+H200_RUN = ROOT / "results" / "h200-smollm2"
+
+
+def _forge_faster(doc: dict) -> None:
+    """A consistent forgery: gen_wall_s halved and everything derived from it recomputed, so that the cell
+    passes every consistency check (and doubles its speedup)."""
+    t, tok, steps = doc["timing"], doc["tokens"], doc["steps"]
+    t["gen_wall_s"] /= 2
+    tok["output_tok_s"] = tok["output_tokens"] / t["gen_wall_s"]
+    tok["total_tok_s"] = (tok["input_tokens"] + tok["output_tokens"]) / t["gen_wall_s"]
+    steps["step_time_ms"] = 1000.0 * t["gen_wall_s"] / steps["engine_steps"]
+    if steps.get("decode_step_time_ms") is not None and t.get("prefill_probe_s") is not None:
+        steps["decode_step_time_ms"] = 1000.0 * (t["gen_wall_s"] - t["prefill_probe_s"]) / steps["decode_steps"]
+
+
+def test_tables_name_a_cell_edited_since_its_archived_write(tmp_path):
+    """The committed cells with their archive: a consistent forgery of one cell (valid, consistent, config hash
+    intact) is refused by the tables, naming it, because no archived write holds its content; the untouched
+    copy builds."""
+    from specsweep.tables import build_tables
+
+    results = tmp_path / "results"
+    for part in ("cells", "archive"):
+        shutil.copytree(H200_RUN / part, results / "h200-smollm2" / part)
+    study = load_study(ROOT / "config" / "h200.yaml")
+    assert build_tables(study, results, tmp_path / "ok")["cells"] == 30  # every cell is its archived write
+    forged = results / "h200-smollm2" / "cells" / "smollm2-135m-instruct" / "code" / "ngram" / "r1.json"
+    doc = json.loads(forged.read_text())
+    _forge_faster(doc)
+    cells.validate(doc, "forged")  # schema and consistency pass: only the archive tells
+    forged.write_text(json.dumps(doc, indent=2))
+    msg = refused(build_tables, study, results, tmp_path / "t")
+    assert msg.startswith(
+        "cell smollm2-135m-instruct/code/ngram/r1: edited since specsweep wrote it (none of its 1 archived "
+    )
+    assert f"restore --config CONFIG --force {forged}" in msg
+    assert not (tmp_path / "t").exists()

@@ -319,9 +319,26 @@ def cell_identity(study: Study, cell: Cell) -> dict[str, Any]:
     }
 
 
+def edited_since_archived(results: Path, key: paths.Key, doc: dict[str, Any]) -> str | None:
+    """Why a cell is not the measurement specsweep wrote, or None when it is. Every write also goes to the
+    run's archive under its content hash (runner._archive), so a cell whose content no archived file holds
+    was edited (or put there by hand) since. A run without an archive folder (cells copied without it) cannot
+    be checked and passes."""
+    if not (Path(results) / key.run / "archive").is_dir():
+        return None
+    folder = paths.archive_dir(results, key)
+    if (folder / f"{sha256_obj(doc)[:16]}.json").is_file():
+        return None
+    held = len(list(folder.glob("*.json"))) if folder.is_dir() else 0
+    if not held:
+        return "the run's archive holds no write of it"
+    return f"none of its {held} archived write(s) holds this content"
+
+
 def load_measurements(study: Study, results: Path, allow_stale: bool = False):
     """rows (one per expected measurement), docs {(model, workload, config, repeat): doc}, stale list."""
     rows, docs, stale = [], {}, []
+    edited: list[tuple[str, Path, str]] = []
     for cell, r in sorted(study.schedule(), key=lambda cr: (cr[0], cr[1])):
         key = paths.Key(study.run, cell.model, cell.workload, cell.config, r)
         path = paths.measurement(results, key)
@@ -335,6 +352,9 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.config))
             if doc["repeat"] != r:
                 raise SpecsweepError(f"cell {path}: holds repeat {doc['repeat']}, but its path says repeat {r}")
+            why = edited_since_archived(results, key, doc)
+            if why:
+                edited.append((key.label, path, why))
             current = study.cell_settings(cell)
             if doc["config_sha256"] != sha256_obj(current):
                 diff = stale_keys(doc, current)
@@ -345,6 +365,13 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             failure = read_json(paths.failure(results, key), "failure record")
             base |= {"status": "failed", "error": f"{failure.get('error_type')}: {failure.get('message')}"[:500]}
         rows.append(base)
+    if edited:
+        label, path, why = edited[0]
+        more = f" (and {len(edited) - 1} more: {', '.join(e[0] for e in edited[1:4])})" if len(edited) > 1 else ""
+        raise SpecsweepError(
+            f"cell {label}{more}: edited since specsweep wrote it ({why}); put the archived measurement back "
+            f"(specsweep restore --config CONFIG --force {path}) or rerun it"
+        )
     if stale and not allow_stale:
         first = stale[0]
         more = f" and {len(stale) - 1} more" if len(stale) > 1 else ""
