@@ -253,12 +253,11 @@ def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequen
     if set(_CAPTIONS) != set(FIGURES):
         raise ValueError(f"captions and figures disagree: {sorted(set(_CAPTIONS) ^ set(FIGURES))}")
     if run is None:
-        import pyarrow.parquet as pq
+        from .tables import read_parquet
 
-        meta = pq.read_schema(Path(tables) / "cells.parquet").metadata or {}
-        run = (meta.get(b"specsweep.run") or b"").decode() or pq.read_table(
-            Path(tables) / "cells.parquet", columns=["run"]
-        ).column("run")[0].as_py()
+        ctab = read_parquet(Path(tables), "cells.parquet")
+        meta = ctab.schema.metadata or {}
+        run = (meta.get(b"specsweep.run") or b"").decode() or ctab.column("run")[0].as_py()
     data = Tables.load(Path(tables), run)
     mine = [c for c in data.cells if c[0] == headline]
     device = next((r["device_name"] for r in data.rows_of(mine) if r.get("device_name")), "unknown device")

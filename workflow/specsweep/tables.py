@@ -742,6 +742,59 @@ def build_tables(
     return {"cells": len(crow), "ok": sum(r["status"] == "ok" for r in crow), "mismatches": mismatches, "stale": stale}
 
 
+MANIFEST = "MANIFEST.json"
+
+
+def manifest_sha256(tables_dir: Path) -> str | None:
+    """The sha256 of a tables set's MANIFEST.json (which holds every file's sha256): one hash naming the whole
+    set, which the figures drawn from it record. None for a folder without one."""
+    import hashlib
+
+    path = Path(tables_dir) / MANIFEST
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def checked_bytes(tables_dir: Path, name: str) -> bytes:
+    """A file of a tables set, read once and checked against the set's MANIFEST.json (when the folder has one:
+    tables written by hand have none): a truncated or changed file is a one-line error naming it."""
+    import hashlib
+
+    path = Path(tables_dir) / name
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecsweepError(
+            f"tables {path}: file not found (build the tables: snakemake, or specsweep tables)"
+        ) from None
+    except OSError as exc:
+        raise SpecsweepError(f"tables {path}: cannot be read ({exc})") from None
+    mpath = path.parent / MANIFEST
+    if mpath.is_file():
+        manifest = read_json(mpath, "tables manifest")
+        want = manifest.get(name) if isinstance(manifest, dict) else None
+        if want is None:
+            raise SpecsweepError(
+                f"tables {path}: not listed in {mpath}; rebuild the tables (snakemake, or specsweep tables)"
+            )
+        if hashlib.sha256(data).hexdigest() != want:
+            raise SpecsweepError(
+                f"tables {path}: {len(data)} bytes whose sha256 is not the one {mpath} records (truncated or "
+                "changed since the tables were written); rebuild the tables (snakemake, or specsweep tables)"
+            )
+    return data
+
+
+def read_parquet(tables_dir: Path, name: str) -> pa.Table:
+    """A Parquet table of a tables set (checked_bytes), or a one-line error naming the file."""
+    path = Path(tables_dir) / name
+    data = checked_bytes(tables_dir, name)
+    try:
+        return pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise SpecsweepError(f"tables {path}: not a readable Parquet file ({type(exc).__name__}: {first})") from None
+
+
 def write_set(out: Path, files: dict[str, bytes]) -> None:
     """Write the tables as a set: into a staging folder, then swapped in as a whole (all old or all new), with a
     MANIFEST.json of every file's sha256."""
@@ -755,7 +808,7 @@ def write_set(out: Path, files: dict[str, bytes]) -> None:
         for name, data in files.items():
             (staged / name).write_bytes(data)
         manifest = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
-        (staged / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         for p in staged.iterdir():
             os.chmod(p, 0o644)
         swap_dir(staged, out)
