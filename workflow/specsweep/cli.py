@@ -380,7 +380,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--verify-sha256",
         action="store_true",
-        help="hash the weights against the Hub's sha256 too (sizes and small files are always checked)",
+        help="a folder already fetched: hash every file against its record (a fetch always hashes every file)",
     )
     sp = sub.add_parser("model-record", help="a model folder's revision and manifest hash (what a cell records)")
     sp.add_argument("model_dir")
