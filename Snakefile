@@ -3,6 +3,8 @@
 #   snakemake --profile profiles/cpu                              the CPU profile (config/smoke.yaml, 24 cells)
 #   snakemake figures                                             tables + figures from the cells that exist
 #   snakemake preflight --configfile config/preflight.yaml        every cell tried on random weights first
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -16,6 +18,15 @@ if not workflow.overwrite_configfiles:
 
 # The report's front page (snakemake --report report.html); each figure's caption is workflow/report/{figure}.rst.
 report: "workflow/report/workflow.rst"
+
+
+# docutils renders the report's RST: raw HTML off (workflow/report/docutils.conf), read after any config the
+# user's DOCUTILSCONFIG names, so that it wins.
+_DOCUTILS = f"{workflow.basedir}/workflow/report/docutils.conf"
+if _DOCUTILS not in os.environ.get("DOCUTILSCONFIG", "").split(os.pathsep):
+    os.environ["DOCUTILSCONFIG"] = os.pathsep.join(
+        p for p in (os.environ.get("DOCUTILSCONFIG"), _DOCUTILS) if p
+    )
 
 
 include: "workflow/rules/common.smk"

@@ -357,6 +357,49 @@ def test_corrupt_download_is_not_published(tmp_path, smollm2):
     assert not out.exists() and not (tmp_path / ".m.fetching" / "config.json").exists()
 
 
+def test_corrupt_cached_blob_is_refused_with_how_to_evict_it(tmp_path, smollm2):
+    """A cached safetensors blob with 4 bytes flipped (same size, its name still the pristine sha256): the fetch
+    refuses it, naming the blob to evict (a rerun would link the same blob again), and publishes nothing; once
+    evicted as the error says, the next fetch downloads the file, and the record keeps the sha256 of the
+    content as fetched."""
+    cache = tmp_path / "hub"
+    snap = prefill_hub_cache(cache, REPO, REV, smollm2)
+    blob = Path(os.path.realpath(snap / "model.safetensors"))
+    data = bytearray(blob.read_bytes())
+    for i in range(4):
+        data[len(data) // 2 + i] ^= 0xFF
+    blob.unlink()  # a file of its own: the blob was hard-linked to the session's model
+    blob.write_bytes(bytes(data))
+    out = tmp_path / "m"
+    with pytest.raises(SpecsweepError) as err:
+        fetch.fetch_model(REPO, REV, out, api=NoNetwork(), cache_dir=str(cache))
+    assert _one_line(err) == (
+        f"model {REPO}@{REV[:12]}: model.safetensors in the Hugging Face cache is corrupt: its blob's content does "
+        f"not hash to the blob's name; evict the blob (rm {blob}) and rerun to download it again"
+    )
+    assert not out.exists() and not (tmp_path / ".m.fetching").exists()
+    blob.unlink()  # the advice
+    api = FakeHfApi(siblings=_siblings(smollm2))
+    fetch.fetch_model(REPO, REV, out, api=api, download=copy_transfer(smollm2), cache_dir=str(cache))
+    assert api.calls == ["model_info"]  # the evicted blob sent the fetch to the Hub
+    rec = json.loads((out / fetch.RECORD).read_text())
+    assert all(e["sha256"] == fetch.file_sha256(out / n) for n, e in rec["files"].items())
+    assert fetch.model_record(out)["manifest_sha256"] == fetch.model_record(smollm2)["manifest_sha256"]
+
+
+def test_record_hashes_the_content_as_fetched(tmp_path, smollm2):
+    """The manifest hash a cell records is of the bytes fetched: a large file's recorded sha256 is its content's
+    (never only the name of the cache blob it came from)."""
+    cache = tmp_path / "hub"
+    prefill_hub_cache(cache, REPO, REV, smollm2)
+    out = tmp_path / "m"
+    fetch.fetch_model(REPO, REV, out, api=NoNetwork(), cache_dir=str(cache))
+    rec = json.loads((out / fetch.RECORD).read_text())
+    assert set(rec["files"]) == {p.name for p in out.iterdir() if p.name != fetch.RECORD}
+    for name, entry in rec["files"].items():
+        assert entry["sha256"] == fetch.file_sha256(out / name), name
+
+
 def test_leftover_of_another_revision_is_discarded(tmp_path, smollm2):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -1067,3 +1068,140 @@ def test_huge_value_in_a_schema_error_is_not_echoed():
     cfg["run"] = ["x" * 4000] * 20
     line = refused(build_study, cfg)
     assert line.startswith("config: run: [") and "is not of type 'string'" in line
+
+
+# ------------------------------------------------------------------------------------------ written, then edited
+
+H200_RUN = ROOT / "results" / "h200-smollm2"
+
+
+def _forge_faster(doc: dict) -> None:
+    """A consistent forgery: gen_wall_s halved and everything derived from it recomputed, so that the cell
+    passes every consistency check (and doubles its speedup)."""
+    t, tok, steps = doc["timing"], doc["tokens"], doc["steps"]
+    t["gen_wall_s"] /= 2
+    tok["output_tok_s"] = tok["output_tokens"] / t["gen_wall_s"]
+    tok["total_tok_s"] = (tok["input_tokens"] + tok["output_tokens"]) / t["gen_wall_s"]
+    steps["step_time_ms"] = 1000.0 * t["gen_wall_s"] / steps["engine_steps"]
+    if steps.get("decode_step_time_ms") is not None and t.get("prefill_probe_s") is not None:
+        steps["decode_step_time_ms"] = 1000.0 * (t["gen_wall_s"] - t["prefill_probe_s"]) / steps["decode_steps"]
+
+
+def test_tables_name_a_cell_edited_since_its_archived_write(tmp_path):
+    """The committed cells with their archive: a consistent forgery of one cell (valid, consistent, config hash
+    intact) is refused by the tables, naming it, because no archived write holds its content; the untouched
+    copy builds."""
+    from specsweep.tables import build_tables
+
+    results = tmp_path / "results"
+    for part in ("cells", "archive"):
+        shutil.copytree(H200_RUN / part, results / "h200-smollm2" / part)
+    study = load_study(ROOT / "config" / "h200.yaml")
+    assert build_tables(study, results, tmp_path / "ok")["cells"] == 30  # every cell is its archived write
+    forged = results / "h200-smollm2" / "cells" / "smollm2-135m-instruct" / "code" / "ngram" / "r1.json"
+    doc = json.loads(forged.read_text())
+    _forge_faster(doc)
+    cells.validate(doc, "forged")  # schema and consistency pass: only the archive tells
+    forged.write_text(json.dumps(doc, indent=2))
+    msg = refused(build_tables, study, results, tmp_path / "t")
+    assert msg.startswith(
+        "cell smollm2-135m-instruct/code/ngram/r1: edited since specsweep wrote it (none of its 1 archived "
+    )
+    assert f"restore --config CONFIG --force {forged}" in msg
+    assert not (tmp_path / "t").exists()
+
+
+def _committed_outputs(work: Path) -> tuple[Path, Path]:
+    """A project folder holding the committed h200-smollm2 cells, tables and figures (copies)."""
+    for rel in ("results/h200-smollm2/cells", "results/h200-smollm2/tables", "figures/h200-smollm2"):
+        shutil.copytree(ROOT / rel, work / rel)
+    return work / "results" / "h200-smollm2" / "tables", work / "figures" / "h200-smollm2"
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("name", ["cells.parquet", "speedup.parquet"])
+def test_truncated_table_is_one_line_naming_it(tmp_path, name):
+    """The figures' and captions' readers check the tables' MANIFEST.json: a truncated table is one line naming
+    the file, not pyarrow's traceback; so is one changed at its full size."""
+    from specsweep.captions import captions
+    from specsweep.figures import Tables
+
+    tables, _ = _committed_outputs(tmp_path)
+    _truncate(tables / name)
+    msg = refused(Tables.load, tables, "h200-smollm2")
+    assert msg.startswith(f"tables {tables / name}: ") and "not the one" in msg and "MANIFEST.json records" in msg
+    assert refused(captions, tables, "smollm2-135m-instruct") == msg
+    # the manifest itself truncated: one line naming it
+    (tables / "MANIFEST.json").write_text('{"cells.parquet": "ab')
+    assert refused(Tables.load, tables, "h200-smollm2").startswith(f"tables manifest {tables / 'MANIFEST.json'}: ")
+
+
+def test_status_names_figures_drawn_from_other_tables(tmp_path):
+    """The figures' manifest records the sha256 of the tables' MANIFEST.json: new tables beside old figures (a
+    kill between the two steps) are named by `specsweep status`; so is a table truncated since."""
+    from specsweep import status
+
+    study = load_study(ROOT / "config" / "h200.yaml")
+    tables, figures = _committed_outputs(tmp_path)
+    drawn = json.loads((figures / "manifest.json").read_text())["tables_manifest_sha256"]
+    assert drawn == sha256_file(tables / "MANIFEST.json")  # the committed figures name their tables
+    out = status.outputs(study, tmp_path / "results")
+    assert (out["figures_state"], out["figures_problem"], out["tables_problem"]) == ("current", None, None)
+    # new tables (one cell's row changed, the manifest rewritten with it), old figures
+    from specsweep.tables import write_set
+
+    files = {p.name: p.read_bytes() for p in tables.iterdir() if p.name != "MANIFEST.json"}
+    files["readme.md"] += b"\n"
+    write_set(tables, files)
+    out = status.outputs(study, tmp_path / "results")
+    assert out["figures_state"] == "other tables"
+    assert out["figures_problem"].startswith(f"figures {figures}: drawn from other tables than {tables} holds now")
+    text = status.render(status.progress(study, tmp_path / "results"))
+    assert out["figures_problem"] in text
+    _truncate(tables / "speedup.parquet")
+    problem = status.outputs(study, tmp_path / "results")["tables_problem"]
+    assert problem.startswith(f"tables {tables / 'speedup.parquet'}: ")
+
+
+def sha256_file(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_failed_render_keeps_the_last_good_figures(tmp_path):
+    """A truncated speedup.parquet, then Snakemake: the render fails with one line naming the file, and the
+    last good figures stay, byte for byte (Snakemake deleted them before)."""
+    tables, figures = _committed_outputs(tmp_path)
+    before = {p.relative_to(figures): p.read_bytes() for p in figures.rglob("*") if p.is_file()}
+    _truncate(tables / "speedup.parquet")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(ROOT / "config" / "h200.yaml"),
+            "--cores",
+            "1",
+            "--allowed-rules",
+            "render_figures",
+            "--",
+            "figures/h200-smollm2/manifest.json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode != 0
+    log = (tmp_path / "logs" / "h200-smollm2" / "figures.log").read_text()
+    assert one_line(log).startswith("specsweep: error: tables results/h200-smollm2/tables/speedup.parquet: ")
+    after = {p.relative_to(figures): p.read_bytes() for p in figures.rglob("*") if p.is_file()}
+    assert after == before

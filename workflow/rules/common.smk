@@ -207,7 +207,9 @@ def figure_paths() -> list[str]:
 def reported_figure_paths() -> list:
     """The figures, each PNG in the Snakemake report with its caption: workflow/report/{figure}.rst, the
     figure's fixed description, which includes the RST the figures step writes with the run's numbers
-    (figures/{run}/captions/{figure}.rst)."""
+    (figures/{run}/captions/{figure}.rst). Each is flagged update: Snakemake keeps the last good figures
+    until the render succeeds, and puts them back when it fails (a truncated table, say), instead of
+    deleting them before the job and after its failure."""
     out = []
     for path in figure_paths():
         if path.endswith(".png"):
@@ -215,12 +217,10 @@ def reported_figure_paths() -> list:
             caption = os.path.join(
                 workflow.basedir, "workflow", "report", f"{name}.rst"
             )
-            flagged = in_report(
+            path = in_report(
                 path, caption=caption, category="Figures", labels={"figure": name}
             )
-            out.append(flagged)
-        else:
-            out.append(path)
+        out.append(update(path))
     return out
 
 

@@ -1,13 +1,20 @@
 """RST captions for the Snakemake report, one per figure of :data:`specsweep.figures.FIGURES`, with the
 numbers that matter read from a run's tables (medians over repeats with their 95 % intervals): nothing in a
-caption is typed in, the ladder's settings included."""
+caption is typed in, the ladder's settings included.
+
+Every string a caption takes from the tables (names, methods, settings vLLM reported, the device) is data, not
+markup: :func:`rst_text` escapes it, and :func:`check_rst` refuses a caption that could still carry a directive
+(the report renders captions with docutils, whose defaults allow ``raw`` and ``include``)."""
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .errors import SpecsweepError
 from .figures import (
     ARTICLE_R_BAND,
     FIGURES,
@@ -20,6 +27,33 @@ from .figures import (
     size_stats,
 )
 from .jsonio import atomic_write_bytes
+
+#: Every ASCII punctuation character: any of them can open reST markup somewhere (``..`` a directive, ``:`` a
+#: role or field, `` ` `` a literal or link, ``*`` emphasis, ``_`` a reference, ``|`` a substitution, ...).
+_PUNCT = frozenset(string.punctuation)
+#: What reST would read as markup in a caption: an explicit markup start (``.. name::``, ``.. include::``, a
+#: comment) or an unescaped ``::`` (a directive's or a literal block's marker).
+_MARKUP = re.compile(r"(?m)^\s*\.\.(\s|$)|(?<!\\)::")
+
+
+def rst_text(value: object) -> str:
+    """``value`` as reST text that renders as itself: whitespace and control characters become one space (no
+    line of its own, so no directive, list or section), and every ASCII punctuation character is backslash-
+    escaped (reST renders an escaped character literally)."""
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in str(value)).split())
+    return "".join("\\" + ch if ch in _PUNCT else ch for ch in text)
+
+
+def check_rst(name: str, text: str) -> str:
+    """``text`` when it carries no explicit markup (no directive, no comment, no ``::``), else a one-line
+    error: the captions' own words have none, so one there came from data that escaped :func:`rst_text`."""
+    m = _MARKUP.search(text)
+    if m:
+        raise SpecsweepError(f"caption {name}: reST markup {m.group(0).strip()!r} in a generated caption; not written")
+    return text
+
+
+_e = rst_text
 
 
 def _v(v: Val | None, spec: str = ".2f") -> str:
@@ -36,30 +70,30 @@ def _gain(data: Tables, cell: tuple[str, str, str]) -> str:
     text = f"{100 * (sp.point - 1):+.1f} %"
     if sp.lo is not None and sp.hi is not None:  # sp.has_interval
         text += f" [{100 * (sp.lo - 1):+.1f}, {100 * (sp.hi - 1):+.1f}]"
-    return f"{text} {data.verdict(cell)}"
+    return f"{text} {_e(data.verdict(cell))}"
 
 
 def _step(data: Tables, model: str, config: str) -> str:
     """A ladder step's settings as the tables recorded them (first measured workload of ``model``)."""
     row = next((data.row(c) for c in sorted(data.cells) if c[0] == model and c[2] == config and data.row(c)), None)
     if row is None:
-        return f"{config} (not measured)"
+        return f"{_e(config)} (not measured)"
     parts = []
     if row.get("method") not in (None, "none"):
         n_tok = row.get("num_speculative_tokens") or (
             len(row["accepted_per_pos"]) if row.get("accepted_per_pos") else None
         )
-        parts.append(f"{row['method']}" + (f", {n_tok} speculative tokens" if n_tok else ""))
+        parts.append(_e(row["method"]) + (f", {_e(n_tok)} speculative tokens" if n_tok else ""))
     else:
         parts.append("no speculation")
     req, eff = row.get("cudagraph_mode_requested"), row.get("cudagraph_mode_effective")
     if req or eff:
-        parts.append(f"CUDA graphs {req or 'default'}" + (f" (effective {eff})" if eff and eff != req else ""))
+        parts.append(f"CUDA graphs {_e(req or 'default')}" + (f" (effective {_e(eff)})" if eff and eff != req else ""))
     if row.get("gpu_memory_utilization") is not None:
         parts.append(f"gmu {row['gpu_memory_utilization']:.2f}")
     if row.get("async_scheduling") is not None:
         parts.append(f"async scheduling {'on' if row['async_scheduling'] else 'off'}")
-    return f"{config} ({', '.join(parts)})"
+    return f"{_e(config)} ({', '.join(parts)})"
 
 
 def _fig1(data: Tables, m: str) -> str:
@@ -67,7 +101,7 @@ def _fig1(data: Tables, m: str) -> str:
     return (
         f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_CONFIG)}: output throughput per "
         "workload. Gain per workload [95 % interval] and verdict: "
-        + "; ".join(f"{w} {_gain(data, (m, w, HEADLINE_CONFIG))}" for w in ws)
+        + "; ".join(f"{_e(w)} {_gain(data, (m, w, HEADLINE_CONFIG))}" for w in ws)
         + "."
     )
 
@@ -78,9 +112,9 @@ def _fig2(data: Tables, m: str) -> str:
     for c in ladder:
         cell = (m, "code", c)
         parts.append(
-            f"{c}: K = {_v(data.val(cell, 'K'))}, T = {_v(data.spd(cell, 'T'))}, "
+            f"{_e(c)}: K = {_v(data.val(cell, 'K'))}, T = {_v(data.spd(cell, 'T'))}, "
             f"R = {_v(data.spd(cell, 'R'))} (decode steps only {_v(data.spd(cell, 'R_decode'))}), "
-            f"speedup {_v(data.spd(cell, 'speedup'), '.3f')} {data.verdict(cell) or ''}".rstrip()
+            f"speedup {_v(data.spd(cell, 'speedup'), '.3f')} {_e(data.verdict(cell) or '')}".rstrip()
         )
     return (
         "R (step time over the baseline's), K (1 + accepted/drafts) and T (tokens per step over the "
@@ -93,9 +127,9 @@ def _fig3(data: Tables, m: str) -> str:
     ladder = data.ladder(m, "sonnet")
     return (
         "The sonnet ladder, output tok/s: "
-        + " → ".join(f"{c} {_v(data.val((m, 'sonnet', c), 'output_tok_s'), '.0f')}" for c in ladder)
+        + " → ".join(f"{_e(c)} {_v(data.val((m, 'sonnet', c), 'output_tok_s'), '.0f')}" for c in ladder)
         + ". Speedups: "
-        + "; ".join(f"{c} {_gain(data, (m, 'sonnet', c))}" for c in ladder if c != data.baseline)
+        + "; ".join(f"{_e(c)} {_gain(data, (m, 'sonnet', c))}" for c in ladder if c != data.baseline)
         + "."
     )
 
@@ -104,7 +138,7 @@ def _fig4(data: Tables, m: str) -> str:
     return (
         "K and α per workload and method, with each cell's own R and T: "
         + "; ".join(
-            f"{w}/{c} K = {_v(data.val((m, w, c), 'K'))}, α = {_v(data.val((m, w, c), 'alpha'), '.3f')}, "
+            f"{_e(w)}/{_e(c)} K = {_v(data.val((m, w, c), 'K'))}, α = {_v(data.val((m, w, c), 'alpha'), '.3f')}, "
             f"R = {_v(data.spd((m, w, c), 'R'))}, T = {_v(data.spd((m, w, c), 'T'))}"
             for w in K_ALPHA_WORKLOADS
             for c in SPEC_METHODS
@@ -120,14 +154,14 @@ def _fig5(data: Tables, _: str) -> str:
     parts = []
     for m in models:
         if (meth, m) not in stat:
-            parts.append(f"{m} ({known.get(m, float('nan')):g}B) n/a")
+            parts.append(f"{_e(m)} ({known.get(m, float('nan')):g}B) n/a")
             continue
         g, lo, hi, cnt = stat[(meth, m)]
         iv = f" [{lo:.3f}, {hi:.3f}]" if lo is not None else f" ({cnt} of {len(common)} workloads)"
-        parts.append(f"{m} ({known[m]:g}B) {g:.3f}{iv}")
+        parts.append(f"{_e(m)} ({known[m]:g}B) {g:.3f}{iv}")
     return (
-        f"{meth} speedup against model size, geometric mean over the same workloads for every model "
-        f"({', '.join(common) or 'none'}); interval: geometric means of the per-workload 95 % bounds. "
+        f"{_e(meth)} speedup against model size, geometric mean over the same workloads for every model "
+        f"({', '.join(map(_e, common)) or 'none'}); interval: geometric means of the per-workload 95 % bounds. "
         + "; ".join(parts)
         + ". The article puts the boundary between 7B and 14B."
     )
@@ -147,7 +181,7 @@ def _fig6(data: Tables, m: str) -> str:
         return "GPU utilisation was not measured on this run (no NVML: a CPU run); throughput and wall time are shown."
     return (
         "Mean GPU utilisation during generation (medians per workload): "
-        + "; ".join(f"{c} {min(v):.1f}–{max(v):.1f} %" for c, v in util.items())
+        + "; ".join(f"{_e(c)} {min(v):.1f}–{max(v):.1f} %" for c, v in util.items())
         + "."
     )
 
@@ -168,7 +202,7 @@ def _fig7(data: Tables, m: str) -> str:
     for cfg in sorted({c[2] for c, _ in preds}):
         mine = [p for c, p in preds if c[2] == cfg]
         per.append(
-            f"{cfg} ({len(mine)} cells): linear {sum(abs(p['err_linear']) for p in mine) / len(mine):.2f}, "
+            f"{_e(cfg)} ({len(mine)} cells): linear {sum(abs(p['err_linear']) for p in mine) / len(mine):.2f}, "
             f"Leviathan {sum(abs(p['err_leviathan']) for p in mine) / len(mine):.2f}"
         )
     lin = sum(abs(p["err_linear"]) for _, p in preds) / len(preds)
@@ -178,7 +212,7 @@ def _fig7(data: Tables, m: str) -> str:
         f"length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1). Mean absolute error over "
         f"{len(preds)} cells: linear {lin:.2f}, Leviathan {lev:.2f}; per step: "
         + "; ".join(per)
-        + f". Right: conditional acceptance per draft position for {m}."
+        + f". Right: conditional acceptance per draft position for {_e(m)}."
     )
 
 
@@ -187,15 +221,15 @@ def _fig8(data: Tables, _: str, others: Sequence[Tables] = ()) -> str:
     if not any(series.values()):
         return "No sized model with an ngram or suffix step in this run: no R at scale."
     per = [
-        f"{cfg} on {w}{f' ({q} weights)' if q else ''}: " + ", ".join(f"{p.size:g}B {_v(p.r)}" for p in pts)
+        f"{_e(cfg)} on {_e(w)}{f' ({_e(q)} weights)' if q else ''}: " + ", ".join(f"{p.size:g}B {_v(p.r)}" for p in pts)
         for (cfg, w, q), pts in series.items()
     ]
     runs = sorted({p.run for pts in series.values() for p in pts})
     lo, hi = ARTICLE_R_BAND
     return (
-        f"R (step time over {data.baseline}'s, decode steps where probed) per model size: "
+        f"R (step time over {_e(data.baseline)}'s, decode steps where probed) per model size: "
         + ("; ".join(per) or "none measured")
-        + (f" (runs {', '.join(runs)}, each R within its own run)" if len(runs) > 1 else "")
+        + (f" (runs {', '.join(map(_e, runs))}, each R within its own run)" if len(runs) > 1 else "")
         + f". The article reports R {lo:.2f}–{hi:.2f} for Llama-3.3-70B at TP 8. Right: speedup predicted as "
         "K of a real model over each size's R (a prediction, not a measurement)."
     )
@@ -219,23 +253,24 @@ def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequen
     if set(_CAPTIONS) != set(FIGURES):
         raise ValueError(f"captions and figures disagree: {sorted(set(_CAPTIONS) ^ set(FIGURES))}")
     if run is None:
-        import pyarrow.parquet as pq
+        from .tables import read_parquet
 
-        meta = pq.read_schema(Path(tables) / "cells.parquet").metadata or {}
-        run = (meta.get(b"specsweep.run") or b"").decode() or pq.read_table(
-            Path(tables) / "cells.parquet", columns=["run"]
-        ).column("run")[0].as_py()
+        ctab = read_parquet(Path(tables), "cells.parquet")
+        meta = ctab.schema.metadata or {}
+        run = (meta.get(b"specsweep.run") or b"").decode() or ctab.column("run")[0].as_py()
     data = Tables.load(Path(tables), run)
     mine = [c for c in data.cells if c[0] == headline]
     device = next((r["device_name"] for r in data.rows_of(mine) if r.get("device_name")), "unknown device")
     per_engine = "each on its own engine start" if data.engine_per_repeat else "passes on one engine, caches reset"
     foot = (
-        f"\n\nModel **{headline}** on {device}; n = {data.repeats} repeat(s) per cell, {per_engine}: "
+        f"\n\nModel **{_e(headline)}** on {_e(device)}; n = {data.repeats} repeat(s) per cell, {per_engine}: "
         "medians with [95 % bootstrap intervals]."
     )
-    missing = [f"{w}/{c}" for (_, w, c) in mine if not data.n((headline, w, c))]
+    missing = [f"{_e(w)}/{_e(c)}" for (_, w, c) in mine if not data.n((headline, w, c))]
     fewer = [
-        f"{w}/{c} (n={data.n((headline, w, c))})" for (_, w, c) in mine if 0 < data.n((headline, w, c)) < data.repeats
+        f"{_e(w)}/{_e(c)} (n={data.n((headline, w, c))})"
+        for (_, w, c) in mine
+        if 0 < data.n((headline, w, c)) < data.repeats
     ]
     if missing:
         foot += f" Missing or failed cells: {', '.join(missing)}."
@@ -245,7 +280,7 @@ def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequen
         stem: _fig8(data, headline, r_runs) if stem == "fig8_r_at_scale" else _CAPTIONS[stem](data, headline)
         for stem in FIGURES
     }
-    return {k: v + foot for k, v in out.items()}
+    return {k: check_rst(k, v + foot) for k, v in out.items()}
 
 
 def write_captions(

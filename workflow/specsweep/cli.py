@@ -195,6 +195,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if not arch:
         raise SpecsweepError(f"cell {key.label}: nothing archived under {paths.archive_dir(root, key)}")
     out = paths.measurement(root, key)
+    paths.check_no_link_out(root, out)
     if out.exists() and not args.force:
         raise SpecsweepError(f"cell path {out}: exists; pass --force to replace it with the archived measurement")
     doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.config))
@@ -390,7 +391,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--verify-sha256",
         action="store_true",
-        help="hash the weights against the Hub's sha256 too (sizes and small files are always checked)",
+        help="a folder already fetched: hash every file against its record (a fetch always hashes every file)",
     )
     sp = sub.add_parser("model-record", help="a model folder's revision and manifest hash (what a cell records)")
     sp.add_argument("model_dir")

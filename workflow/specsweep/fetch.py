@@ -226,29 +226,48 @@ def read_record(model_dir: Path | str) -> dict[str, Any] | None:
 
 
 def _verify(
-    folder: Path, files: dict[str, dict[str, Any]], label: str, full: bool = False, remove_bad: bool = True
-) -> None:
+    folder: Path,
+    files: dict[str, dict[str, Any]],
+    label: str,
+    full: bool = False,
+    remove_bad: bool = True,
+    cache: Path | None = None,
+) -> dict[str, str]:
     """Every listed file present with its listed size; small files (and all files when full) against their id.
-    A file that fails is removed (remove_bad), with huggingface_hub's metadata of it, so that the next fetch
-    downloads it again."""
+    Returns the sha256 of each file it hashed: the content as it is in ``folder``. A file that fails is removed
+    (remove_bad), with huggingface_hub's metadata of it, so that the next fetch downloads it again. ``cache``:
+    the Hugging Face cache snapshot the files were linked from, whose blobs are named by their content id; a
+    file that fails there is a corrupt blob, and the error says how to evict it (a rerun would link it again)."""
+    hashed: dict[str, str] = {}
     for name, want in sorted(files.items()):
         path = folder / name
         problem = None
+        check = full or want["size"] <= SMALL_FILE
         if not path.is_file():
             problem = "is missing"
         elif path.stat().st_size != want["size"]:
             problem = f"has {path.stat().st_size} bytes, the listing says {want['size']}"
-        elif want.get("git_oid") and (full or want["size"] <= SMALL_FILE) and git_blob_id(path) != want["git_oid"]:
+        elif check and want.get("git_oid") and git_blob_id(path) != want["git_oid"]:
             problem = "differs from the listing (git blob id)"
-        elif want.get("sha256") and (full or want["size"] <= SMALL_FILE) and file_sha256(path) != want["sha256"]:
-            problem = "differs from the listing (sha256)"
+        elif check and (full or want.get("sha256")):
+            hashed[name] = file_sha256(path)
+            if want.get("sha256") and hashed[name] != want["sha256"]:
+                problem = "differs from the listing (sha256)"
         if problem and not remove_bad:
             raise SpecsweepError(f"{label}: {name} {problem} (remove the folder to fetch it again)")
         if problem:
             path.unlink(missing_ok=True)
             meta = folder / ".cache" / "huggingface" / "download" / f"{name}.metadata"
             meta.unlink(missing_ok=True)
+            if cache is not None:  # the rest are links to the same cache: nothing to resume
+                shutil.rmtree(folder, ignore_errors=True)
+                blob = Path(os.path.realpath(cache / name))
+                raise SpecsweepError(
+                    f"{label}: {name} in the Hugging Face cache is corrupt: its blob's content does not hash to "
+                    f"the blob's name; evict the blob (rm {blob}) and rerun to download it again"
+                )
             raise SpecsweepError(f"{label}: {name} {problem} after the download; rerun to fetch it again")
+    return hashed
 
 
 def _free_bytes(path: Path) -> tuple[Path, int]:
@@ -382,7 +401,10 @@ def fetch_model(
     """Fetch repo_id at the commit `revision` into out_dir, atomically; return out_dir.
 
     api (an HfApi) and download (snapshot_download) are parameters so that tests can inject the Hub's answers;
-    cache_dir is the Hugging Face cache to reuse (default HF_HUB_CACHE); full_verify hashes the weights too.
+    cache_dir is the Hugging Face cache to reuse (default HF_HUB_CACHE). Every fetched file is hashed in full
+    against its content id, and the record keeps the sha256 of the content as fetched (the manifest hash a
+    cell records is of those bytes, never of what a listing or a blob's name says). full_verify: a folder
+    already in place is hashed in full too (otherwise its sizes and small files are checked).
     """
     out_dir = Path(out_dir)
     label = f"model {repo_id}@{revision[:12]}"
@@ -391,7 +413,7 @@ def fetch_model(
     if out_dir.is_dir() and any(out_dir.iterdir()):
         rec = read_record(out_dir)
         if rec and rec.get("repo_id") == repo_id and rec.get("revision") == revision:
-            _verify(out_dir, rec["files"], f"model folder {out_dir}", remove_bad=False)
+            _verify(out_dir, rec["files"], f"model folder {out_dir}", full=full_verify, remove_bad=False)
             _log(f"{out_dir} already holds {repo_id} at {revision}")
             return out_dir
         raise SpecsweepError(
@@ -412,6 +434,7 @@ def fetch_model(
         marker.write_text(target)
 
     cached = _listing_from_cache(repo_id, revision, cache_dir) if use_cache else None
+    snap: Path | None = None
     if cached is not None:
         snap, files = cached
         source = "hf-cache"
@@ -444,7 +467,8 @@ def fetch_model(
         except Exception as exc:
             _raise_explained(exc, repo_id, revision, endpoint)
 
-    _verify(tmp, files, label, full=full_verify)
+    hashed = _verify(tmp, files, label, full=True, cache=snap)
+    files = {name: dict(entry, sha256=hashed[name]) for name, entry in files.items()}
     _check_complete(label, files, tmp)
     shutil.rmtree(tmp / ".cache", ignore_errors=True)  # huggingface_hub's download metadata: done with it
     extra = sorted(p.name for p in tmp.iterdir() if p.name not in files and p.name != RECORD)

@@ -187,11 +187,11 @@ class Tables:
 
     @classmethod
     def load(cls, tables_dir: Path, run: str) -> Tables:
-        import pyarrow.parquet as pq
+        from .tables import read_parquet
 
         tables_dir = Path(tables_dir)
-        ctab = pq.read_table(tables_dir / "cells.parquet")
-        stab = pq.read_table(tables_dir / "speedup.parquet")
+        ctab = read_parquet(tables_dir, "cells.parquet")
+        stab = read_parquet(tables_dir, "speedup.parquet")
         meta = {k.decode(): v.decode() for k, v in (ctab.schema.metadata or {}).items()}
         crows = [r for r in ctab.to_pylist() if r.get("run") == run]
         srows = [r for r in stab.to_pylist() if r.get("run") == run]
@@ -1768,8 +1768,8 @@ def render_all(
     """Render every figure of :data:`FIGURES` (PNG + SVG) and ``manifest.json`` into ``out_dir``.
 
     Only rows whose ``run`` column equals ``run`` are used.  Returns the manifest:
-    ``{"run", "headline_model", "baseline", "repeats", "figures": {stem: {"files", "cells", "missing",
-    "partial", "notes"}}}`` where ``cells`` are the cells a figure used (at least one measurement),
+    ``{"run", "headline_model", "baseline", "repeats", "tables_manifest_sha256", "figures": {stem: {"files",
+    "cells", "missing", "partial", "notes"}}}`` where ``cells`` are the cells a figure used (at least one measurement),
     ``missing`` the needed cells without any (status ``failed``/``missing``, or ``absent`` when the tables
     have no row for them at all) and ``partial`` the used cells with fewer repeats than the run's n.
     """
@@ -1781,11 +1781,16 @@ def render_all(
     with _style():
         for stem in FIGURES:
             figures[stem] = _DRAW[stem](ctx).manifest(stem)
+    from .tables import manifest_sha256
+
     manifest = {
         "run": run,
         "headline_model": headline_model,
         "baseline": data.baseline,
         "repeats": data.repeats,
+        # the tables set drawn from (the sha256 of its MANIFEST.json): `specsweep status` names figures whose
+        # tables have changed since (new tables beside old figures after a kill between the two steps)
+        "tables_manifest_sha256": manifest_sha256(tables_dir),
         "figures": figures,
     }
     text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"

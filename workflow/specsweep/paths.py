@@ -84,3 +84,19 @@ def parse(path: Path | str) -> tuple[Path, Key]:
         )
     root = Path(text[: m.start("run")] or ".")
     return root, Key(m["run"], m["model"], m["workload"], m["config"], int(m["repeat"]))
+
+
+def check_no_link_out(root: Path | str, path: Path | str) -> None:
+    """Refuse a path under the results root that a symbolic link leads out of it (a cells folder linked
+    elsewhere): a write there would land outside the project. The results root itself may be a link (results
+    kept on another disk); what lies below it may not point out of it."""
+    root, path = Path(root), Path(path)
+    anchor = root.resolve()
+    here = root
+    for part in path.relative_to(root).parts:
+        here = here / part
+        if here.is_symlink() and not here.resolve().is_relative_to(anchor):
+            raise SpecsweepError(
+                f"cell path {path}: {here} is a symbolic link to {here.resolve()}, outside the results folder "
+                f"{root}; refusing to write through it"
+            )

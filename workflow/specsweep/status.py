@@ -12,6 +12,10 @@ and the time: GPU time spent is the engine-holding time of the tables' ``gpu_tim
 from its host's spawn to the end of the last cell job it served, summed), and the time to go is the mean job
 time so far (of the same model where it has measurements, else of the run) times the measurements not done
 (left, failed and stale). Nothing is written; the cells are read exactly as the tables read them.
+
+It also checks the outputs: every file of the tables (results/{run}/tables) against its MANIFEST.json, and
+that the figures (figures/{run}, beside the results folder) were drawn from those tables (their manifest.json
+records the sha256 of the tables' MANIFEST.json): new tables beside old figures are named.
 """
 
 from __future__ import annotations
@@ -24,6 +28,45 @@ from typing import Any
 from .config import Study
 
 STATES = ("done", "failed", "stale", "left")
+
+
+def outputs(study: Study, results: Path) -> dict[str, Any]:
+    """The tables' and figures' state: {"tables": path, "tables_problem": one line or None, "figures": path,
+    "figures_state": current | other tables | not drawn | unknown | no tables, "figures_problem": one line or
+    None}."""
+    from .errors import SpecsweepError
+    from .jsonio import read_json
+    from .tables import MANIFEST, checked_bytes, manifest_sha256
+
+    tables = Path(results) / study.run / "tables"
+    figures = Path(results).parent / "figures" / study.run
+    doc: dict[str, Any] = {"tables": str(tables), "tables_problem": None, "figures": str(figures)}
+    have = manifest_sha256(tables)
+    try:
+        listed = read_json(tables / MANIFEST, "tables manifest") if have else {}
+        for name in sorted(listed if isinstance(listed, dict) else {}):
+            checked_bytes(tables, name)
+    except SpecsweepError as exc:
+        doc["tables_problem"] = str(exc)
+    state, problem = "current", None
+    if not (figures / "manifest.json").is_file():
+        state = "not drawn"
+    elif have is None:
+        state = "no tables"
+    else:
+        try:
+            drawn = read_json(figures / "manifest.json", "figures manifest").get("tables_manifest_sha256")
+        except (SpecsweepError, AttributeError):
+            drawn = None
+        if drawn is None:
+            state = "unknown"
+        elif drawn != have:
+            state = "other tables"
+            problem = (
+                f"figures {figures}: drawn from other tables than {tables} holds now (a run stopped between the "
+                "tables and the figures?); draw them again: snakemake, or specsweep figures"
+            )
+    return doc | {"figures_state": state, "figures_problem": problem}
 
 
 def progress(study: Study, results: Path) -> dict[str, Any]:
@@ -77,6 +120,7 @@ def progress(study: Study, results: Path) -> dict[str, Any]:
         ],
         "failed_measurements": failed,
         "stale_measurements": stale_list,
+        "outputs": outputs(study, Path(results)),
     }
 
 
@@ -122,6 +166,10 @@ def render(doc: dict[str, Any], limit: int = 10) -> str:
                 lines.append(f"  {item['measurement']}: {detail}")
             if len(items) > limit:
                 lines.append(f"  ... and {len(items) - limit} more")
+    out = doc["outputs"]
+    problems = [p for p in (out["tables_problem"], out["figures_problem"]) if p]
+    if problems:
+        lines += ["", "outputs:"] + [f"  {p}" for p in problems]
     if doc["stale"]:
         lines += [
             "",

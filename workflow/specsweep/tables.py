@@ -333,9 +333,26 @@ def failure_error(path: Path) -> str:
     return f"{record['error_type']}: {record['message']}"[:500]
 
 
+def edited_since_archived(results: Path, key: paths.Key, doc: dict[str, Any]) -> str | None:
+    """Why a cell is not the measurement specsweep wrote, or None when it is. Every write also goes to the
+    run's archive under its content hash (runner._archive), so a cell whose content no archived file holds
+    was edited (or put there by hand) since. A run without an archive folder (cells copied without it) cannot
+    be checked and passes."""
+    if not (Path(results) / key.run / "archive").is_dir():
+        return None
+    folder = paths.archive_dir(results, key)
+    if (folder / f"{sha256_obj(doc)[:16]}.json").is_file():
+        return None
+    held = len(list(folder.glob("*.json"))) if folder.is_dir() else 0
+    if not held:
+        return "the run's archive holds no write of it"
+    return f"none of its {held} archived write(s) holds this content"
+
+
 def load_measurements(study: Study, results: Path, allow_stale: bool = False):
     """rows (one per expected measurement), docs {(model, workload, config, repeat): doc}, stale list."""
     rows, docs, stale = [], {}, []
+    edited: list[tuple[str, Path, str]] = []
     for cell, r in sorted(study.schedule(), key=lambda cr: (cr[0], cr[1])):
         key = paths.Key(study.run, cell.model, cell.workload, cell.config, r)
         path = paths.measurement(results, key)
@@ -349,6 +366,9 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.config))
             if doc["repeat"] != r:
                 raise SpecsweepError(f"cell {path}: holds repeat {doc['repeat']}, but its path says repeat {r}")
+            why = edited_since_archived(results, key, doc)
+            if why:
+                edited.append((key.label, path, why))
             current = study.cell_settings(cell)
             if doc["config_sha256"] != sha256_obj(current):
                 diff = stale_keys(doc, current)
@@ -358,6 +378,13 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
         elif paths.failure(results, key).is_file():
             base |= {"status": "failed", "error": failure_error(paths.failure(results, key))}
         rows.append(base)
+    if edited:
+        label, path, why = edited[0]
+        more = f" (and {len(edited) - 1} more: {', '.join(e[0] for e in edited[1:4])})" if len(edited) > 1 else ""
+        raise SpecsweepError(
+            f"cell {label}{more}: edited since specsweep wrote it ({why}); put the archived measurement back "
+            f"(specsweep restore --config CONFIG --force {path}) or rerun it"
+        )
     if stale and not allow_stale:
         first = stale[0]
         more = f" and {len(stale) - 1} more" if len(stale) > 1 else ""
@@ -728,6 +755,59 @@ def build_tables(
     return {"cells": len(crow), "ok": sum(r["status"] == "ok" for r in crow), "mismatches": mismatches, "stale": stale}
 
 
+MANIFEST = "MANIFEST.json"
+
+
+def manifest_sha256(tables_dir: Path) -> str | None:
+    """The sha256 of a tables set's MANIFEST.json (which holds every file's sha256): one hash naming the whole
+    set, which the figures drawn from it record. None for a folder without one."""
+    import hashlib
+
+    path = Path(tables_dir) / MANIFEST
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def checked_bytes(tables_dir: Path, name: str) -> bytes:
+    """A file of a tables set, read once and checked against the set's MANIFEST.json (when the folder has one:
+    tables written by hand have none): a truncated or changed file is a one-line error naming it."""
+    import hashlib
+
+    path = Path(tables_dir) / name
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecsweepError(
+            f"tables {path}: file not found (build the tables: snakemake, or specsweep tables)"
+        ) from None
+    except OSError as exc:
+        raise SpecsweepError(f"tables {path}: cannot be read ({exc})") from None
+    mpath = path.parent / MANIFEST
+    if mpath.is_file():
+        manifest = read_json(mpath, "tables manifest")
+        want = manifest.get(name) if isinstance(manifest, dict) else None
+        if want is None:
+            raise SpecsweepError(
+                f"tables {path}: not listed in {mpath}; rebuild the tables (snakemake, or specsweep tables)"
+            )
+        if hashlib.sha256(data).hexdigest() != want:
+            raise SpecsweepError(
+                f"tables {path}: {len(data)} bytes whose sha256 is not the one {mpath} records (truncated or "
+                "changed since the tables were written); rebuild the tables (snakemake, or specsweep tables)"
+            )
+    return data
+
+
+def read_parquet(tables_dir: Path, name: str) -> pa.Table:
+    """A Parquet table of a tables set (checked_bytes), or a one-line error naming the file."""
+    path = Path(tables_dir) / name
+    data = checked_bytes(tables_dir, name)
+    try:
+        return pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise SpecsweepError(f"tables {path}: not a readable Parquet file ({type(exc).__name__}: {first})") from None
+
+
 def write_set(out: Path, files: dict[str, bytes]) -> None:
     """Write the tables as a set: into a staging folder, then swapped in as a whole (all old or all new), with a
     MANIFEST.json of every file's sha256."""
@@ -741,7 +821,7 @@ def write_set(out: Path, files: dict[str, bytes]) -> None:
         for name, data in files.items():
             (staged / name).write_bytes(data)
         manifest = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
-        (staged / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         for p in staged.iterdir():
             os.chmod(p, 0o644)
         swap_dir(staged, out)
