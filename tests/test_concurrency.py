@@ -115,8 +115,11 @@ def test_latency_is_filled_from_vllm_timestamps(conc_run, workload):
     steps = doc["steps"]
     assert steps["decode_method"] == "timestamps"
     assert steps["decode_step_time_ms"] == steps["decode_step_time_ms_timestamps"] > 0
-    assert steps["decode_step_time_ms_probe"] is not None
+    # beside it the probe's subtraction (null when the probe took longer than the pass: its noise)
+    assert "decode_step_time_ms_probe" in steps and steps["decode_steps"] is not None
     assert steps["decode_step_time_ms"] == pytest.approx(1000 * lat["decode_s"] / lat["decode_steps"])
-    # one request at a time: its decode steps are the pass's, so TPOT is the decode step time
+    # one request at a time: the decode-only steps are exactly the requests' decode steps, so the per-request
+    # timestamps (TPOT) and the step timestamps give one decode step time
     if workload == "code@b1":
-        assert lat["tpot_s"]["median"] * 1000 == pytest.approx(steps["decode_step_time_ms"], rel=0.5)
+        mean_tpot = sum(req["tpot_s"]) / PROMPTS
+        assert 1000 * mean_tpot == pytest.approx(steps["decode_step_time_ms"], rel=1e-6)
