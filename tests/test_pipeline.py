@@ -145,15 +145,16 @@ def test_tables_pool_repeats_with_intervals(tiny_run, tmp_path, monkeypatch):
     for (workload, config), r in crow.items():
         vals = [_cell(tiny_run, config, k, workload)["tokens"]["output_tok_s"] for k in (1, 2)]
         assert r["output_tok_s_median"] == pytest.approx(sum(vals) / 2)
-        assert r["output_tok_s_lo"] <= r["output_tok_s_median"] <= r["output_tok_s_hi"]
-        assert min(vals) <= r["output_tok_s_lo"] and r["output_tok_s_hi"] <= max(vals)
+        assert r["n_starts"] == 2 and r["replication"] == "engine starts"  # each repeat its own engine start
+        # at 2 engine starts a 95 % t-interval is 12.7 standard errors wide: it holds both values
+        assert r["output_tok_s_lo"] <= min(vals) and max(vals) <= r["output_tok_s_hi"]
     sp = pq.read_table(tmp_path / "t1/speedup.parquet").to_pylist()
     assert {(s["workload"], s["config"]) for s in sp} == {
         (w, c) for w in ("code", "sonnet") for c in ("ngram", "suffix")
     }
     for s in sp:
         assert s["speedup_lo"] <= s["speedup"] <= s["speedup_hi"]
-        assert s["verdict"] in ("faster", "slower", "within noise")
+        assert s["verdict"].startswith(("faster", "slower", "equivalent", "undecided")) and s["band"] >= 0.03
         assert s["async_scheduling"] is not None and s["baseline_async_scheduling"] is not None
     claims = (tmp_path / "t1/claims.md").read_text()
     assert "| C1 models <= 7B regress with any drafter |" in claims

@@ -25,19 +25,19 @@ def test_median_and_cv_known_answers():
     assert stats.cv([9.0, 11.0]) == pytest.approx(np.std([9, 11], ddof=1) / 10.0)
 
 
-def test_bootstrap_interval_of_the_median():
-    assert stats.bootstrap_ci([5.0]) == (None, None)
-    assert stats.bootstrap_ci([4.0, 4.0, 4.0]) == (4.0, 4.0)  # no spread, no width
-    lo, hi = stats.bootstrap_ci([1.0, 2.0, 3.0, 4.0, 100.0])
-    assert 1.0 <= lo <= stats.median([1.0, 2.0, 3.0, 4.0, 100.0]) <= hi <= 100.0
-    assert stats.bootstrap_ci([1.0, 2.0, 3.0]) == stats.bootstrap_ci([1.0, 2.0, 3.0])  # seeded: repeatable
+def test_interval_over_engine_starts():
+    assert stats.cell_ci([5.0]) == (None, None)  # one engine start: no interval
+    assert stats.cell_ci([4.0, 4.0, 4.0]) == (4.0, 4.0)  # no spread, no width
+    lo, hi = stats.cell_ci([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert lo < 1.0 < stats.median([1.0, 2.0, 3.0, 4.0, 100.0]) < hi  # an outlier widens it past the smallest
+    assert stats.cell_ci([1.0, 2.0, 3.0]) == stats.cell_ci([1.0, 2.0, 3.0])  # deterministic
 
 
 def test_ratio_of_medians_and_verdicts():
     same = [10.0, 11.0, 9.0]
     point, lo, hi = stats.ratio_ci(same, same)
     assert point == 1.0 and lo < 1.0 < hi
-    assert stats.verdict(point, lo, hi) == "within noise"
+    assert stats.verdict(point, lo, hi) == "undecided"
     point, lo, hi = stats.ratio_ci([20.0, 21.0, 19.0], same)
     assert point == pytest.approx(2.0) and lo > 1.0 and stats.verdict(point, lo, hi) == "faster"
     point, lo, hi = stats.ratio_ci([5.0, 5.5, 4.5], same)
@@ -105,7 +105,7 @@ def _sp(model_b: float, config: str, method: str, verdict: str, speedup: float, 
     lo, hi = {
         "faster": (speedup * 0.9, speedup * 1.1),
         "slower": (speedup * 0.9, speedup * 1.05),
-        "within noise": (0.9, 1.1),
+        "undecided": (0.9, 1.1),
     }[verdict]
     row |= {
         "model": f"m{model_b}",
@@ -128,12 +128,47 @@ def test_claims_c1_and_c8_follow_the_verdicts():
     assert claims.decide(study, [], small_faster, [])[0]["verdict"] == "refuted"
     small_slower = [_sp(0.5, "ngram", "ngram", "slower", 0.7), _sp(0.5, "suffix", "suffix", "slower", 0.8)]
     assert claims.decide(study, [], small_slower, [])[0]["verdict"] == "confirmed"
-    noisy = [_sp(0.5, "ngram", "ngram", "slower", 0.7), _sp(0.5, "suffix", "suffix", "within noise", 1.0)]
+    noisy = [_sp(0.5, "ngram", "ngram", "slower", 0.7), _sp(0.5, "suffix", "suffix", "undecided", 1.0)]
     assert claims.decide(study, [], noisy, [])[0]["verdict"] == "undecided"
     big = [_sp(70.0, "trident", "suffix", "faster", 1.4)]
     by_id = {c["id"]: c for c in claims.decide(study, [], big, [])}
     assert by_id["C8"]["verdict"] == "confirmed" and by_id["C1"]["verdict"] == "not covered by this run"
     assert by_id["C2"]["verdict"] == "not covered by this run"
+
+
+def _requests(k_per_prompt: list[float], steps: int = 20) -> dict:
+    """A cell JSON's `requests` block: prompt i has `steps` decode steps of k_per_prompt[i] tokens each."""
+    return {
+        "output_tokens": [1 + round(k * steps) for k in k_per_prompt],
+        "gen_steps": [1 + steps for _ in k_per_prompt],
+    }
+
+
+def test_k_interval_over_prompts_from_requests():
+    """K's interval comes from the cells' per-request data (a cluster bootstrap over prompts), carried onto the
+    counters' K - 1 and alpha; cells without it get no interval, never a zero-width one."""
+    ks = [1.0 + 0.5 * (i % 5) for i in range(30)]  # per prompt 1 to 3 tokens per decode step, mean 2
+    got = tables.prompt_interval(2.2, 0.2, [_requests(ks), _requests(ks)], "m/code/ngram")
+    point, lo, hi, prompts = stats.prompt_bootstrap(
+        [_requests(ks)["output_tokens"]] * 2, [_requests(ks)["gen_steps"]] * 2
+    )
+    assert got["K_prompts"] == prompts == 30 and point == pytest.approx(2.0)
+    assert got["K_lo"] == pytest.approx(1 + 1.2 * (lo - 1)) and got["K_hi"] == pytest.approx(1 + 1.2 * (hi - 1))
+    assert got["alpha_lo"] == pytest.approx(0.2 * (lo - 1)) and got["K_lo"] < 2.2 < got["K_hi"]
+    none = dict.fromkeys(("K_lo", "K_hi", "alpha_lo", "alpha_hi", "K_prompts"))
+    assert tables.prompt_interval(2.2, 0.2, [None, None], "m/code/ngram") == none  # committed cells: no requests
+    assert tables.prompt_interval(2.2, 0.2, [_requests(ks), None], "m/code/ngram") == none
+    with pytest.raises(SpecsweepError, match="cell m/code/ngram: requests: every repeat must list the same"):
+        tables.prompt_interval(2.2, 0.2, [_requests(ks), _requests(ks[:-1])], "m/code/ngram")
+    # C7 compares K intervals over prompts: undecided (no per-prompt data) without them
+    study = _study()
+    cfg = next(n for n, st in study.ladder.items() if st.method == "ngram")
+    row = {"model": "m", "config": cfg, "n": 3, "K_median": 3.0, "K_lo": None, "K_hi": None}
+    crow = [row | {"workload": "chat"}, row | {"workload": "sonnet", "K_median": 2.0}]
+    c7 = {c["id"]: c for c in claims.decide(study, crow, [], [])}["C7"]
+    assert c7["verdict"] == "undecided (no per-prompt data)" and "no per-prompt data" in c7["evidence"]
+    crow = [crow[0] | {"K_lo": 2.8, "K_hi": 3.2}, crow[1] | {"K_lo": 1.9, "K_hi": 2.1}]
+    assert {c["id"]: c for c in claims.decide(study, crow, [], [])}["C7"]["verdict"] == "confirmed"
 
 
 def test_k_predictions_known_answer():

@@ -264,7 +264,7 @@ def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequen
     per_engine = "each on its own engine start" if data.engine_per_repeat else "passes on one engine, caches reset"
     foot = (
         f"\n\nModel **{_e(headline)}** on {_e(device)}; n = {data.repeats} repeat(s) per cell, {per_engine}: "
-        "medians with [95 % bootstrap intervals]."
+        "medians with [95 % intervals over engine starts; none below 2 starts]."
     )
     missing = [f"{_e(w)}/{_e(c)}" for (_, w, c) in mine if not data.n((headline, w, c))]
     fewer = [

@@ -1,15 +1,17 @@
 """The seed article's claims, decided by a run's tables (never typed by hand).
 
-Each claim gets `confirmed`, `refuted`, `undecided` (the intervals are too wide, or n < 2) or
+Each claim gets `confirmed`, `refuted`, `undecided` (the intervals are too wide, n < 2 engine starts, technical
+replicates, or no per-prompt data for K; the reason in parentheses when every comparison shares it) or
 `not covered by this run` (the cells that decide it were not measured), with the numbers and the cells.
+Speedup verdicts follow stats.VERDICT_RULE.
 
 C1  models <= 7B regress with any drafter             every speculative cell of such a model: verdict slower
-C2  suffix K >> ngram K on code                         suffix K interval above ngram's, median ratio >= 1.5
+C2  suffix K >> ngram K on code                         suffix K interval (over prompts) above ngram's, ratio >= 1.5
 C3  PIECEWISE beats FULL with suffix on chat            trident (PIECEWISE) over suffix-full (FULL): faster
 C4  GPU utilisation falls while throughput rises       trident vs baseline: faster, and lower GPU utilisation
 C5  the linear form predicts K better than Leviathan's  mean |error| of each against measured K (see below)
 C6  R within 1.25-1.40, independent of the workload     R over decode steps, every interval inside the band
-C7  chat K > sonnet K                                   per method, chat's K interval above sonnet's
+C7  chat K > sonnet K                                   per method, chat's K interval (over prompts) above sonnet's
 C8  models >= 14B are net-positive                      every trident cell of such a model: verdict faster
 
 Cells of `weights: dummy` models (random weights) enter C6 only: they measure step time, not acceptance.
@@ -48,10 +50,15 @@ def _f(v: Any, d: int = 2) -> str:
     return "–" if v is None else f"{v:.{d}f}"
 
 
-def _iv(p: Any, lo: Any, hi: Any, d: int = 2) -> str:
+def _iv(p: Any, lo: Any, hi: Any, d: int = 2, none: str = " (n<2)") -> str:
+    """'p [lo, hi]', or p and `none` (why there is no interval) when there is none."""
     if p is None:
         return "–"
-    return f"{p:.{d}f}" + (f" [{lo:.{d}f}, {hi:.{d}f}]" if lo is not None else " (n<2)")
+    return f"{p:.{d}f}" + (f" [{lo:.{d}f}, {hi:.{d}f}]" if lo is not None else none)
+
+
+#: Why a K has no interval: K's interval is over prompts, from the cells' per-request data.
+NO_PROMPTS = " (no per-prompt data)"
 
 
 def _all_verdicts(rows: list[dict[str, Any]], want: str) -> str:
@@ -69,7 +76,7 @@ def _all_verdicts(rows: list[dict[str, Any]], want: str) -> str:
 def _speedup_claim(cid: str, sp: list[dict[str, Any]], keep: Any, want: str) -> dict[str, Any]:
     rows = [s for s in sp if s["status"] in ("ok", "partial") and s["speedup"] is not None and keep(s)]
     ev = "; ".join(
-        f"{s['model']}/{s['workload']}/{s['config']} {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)}"
+        f"{s['model']}/{s['workload']}/{s['config']} {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3, '')}"
         f" {s['verdict']}"
         for s in rows
     )
@@ -82,10 +89,11 @@ def _speedup_claim(cid: str, sp: list[dict[str, Any]], keep: Any, want: str) -> 
 
 
 def _above(a: dict[str, Any], b: dict[str, Any], m: str) -> str:
-    """confirmed when a's interval of m lies above b's, refuted when below, else undecided."""
+    """confirmed when a's interval of m lies above b's, refuted when below, else undecided (read for K, whose
+    interval is over prompts: without per-prompt data, `undecided (no per-prompt data)`)."""
     alo, ahi, blo, bhi = a[f"{m}_lo"], a[f"{m}_hi"], b[f"{m}_lo"], b[f"{m}_hi"]
     if None in (alo, ahi, blo, bhi):
-        return "undecided"
+        return "undecided" + NO_PROMPTS
     if alo > bhi:
         return "confirmed"
     if ahi < blo:
@@ -100,7 +108,7 @@ def _combine(verdicts: list[str]) -> str:
         return "confirmed"
     if any(v == "refuted" for v in verdicts):
         return "refuted"
-    return "undecided"
+    return verdicts[0] if len(set(verdicts)) == 1 else "undecided"  # an undecided reason all of them share
 
 
 def k_predictions(c: dict[str, Any]) -> dict[str, Any] | None:
@@ -161,8 +169,8 @@ def decide(
             verdicts.append(v)
             used += [f"{m}/{w}/{cfg}", f"{m}/{w}/{ng}"]
             ev.append(
-                f"{m}: suffix K {_iv(c['K_median'], c['K_lo'], c['K_hi'])} vs ngram K "
-                f"{_iv(n['K_median'], n['K_lo'], n['K_hi'])}"
+                f"{m}: suffix K {_iv(c['K_median'], c['K_lo'], c['K_hi'], none=NO_PROMPTS)} vs ngram K "
+                f"{_iv(n['K_median'], n['K_lo'], n['K_hi'], none=NO_PROMPTS)}"
             )
     out.append(_claim("C2", _combine(verdicts), "; ".join(ev) or "no code cells with both drafters", used))
 
@@ -252,7 +260,8 @@ def decide(
         else:
             verdicts.append("undecided")
         used.append(f"{s['model']}/{s['workload']}/{s['config']}")
-        ev.append(f"{s['model']}/{s['workload']}/{s['config']} {_iv(r, lo, hi)}")
+        why = " (technical replicates)" if s.get("replication") == "passes on one engine" else " (n<2)"
+        ev.append(f"{s['model']}/{s['workload']}/{s['config']} {_iv(r, lo, hi, none=why)}")
     out.append(_claim("C6", _combine(verdicts), f"{which}: " + "; ".join(ev) if ev else "no R measured", used))
 
     # C7
@@ -264,8 +273,8 @@ def decide(
         verdicts.append(_above(c, son, "K"))
         used += [f"{m}/chat/{cfg}", f"{m}/sonnet/{cfg}"]
         ev.append(
-            f"{m}/{cfg}: chat K {_iv(c['K_median'], c['K_lo'], c['K_hi'])} vs sonnet "
-            f"{_iv(son['K_median'], son['K_lo'], son['K_hi'])}"
+            f"{m}/{cfg}: chat K {_iv(c['K_median'], c['K_lo'], c['K_hi'], none=NO_PROMPTS)} vs sonnet "
+            f"{_iv(son['K_median'], son['K_lo'], son['K_hi'], none=NO_PROMPTS)}"
         )
     out.append(_claim("C7", _combine(verdicts), "; ".join(ev) or "no chat and sonnet cells", used))
 
@@ -284,8 +293,12 @@ def markdown(study: Study, decided: list[dict[str, Any]]) -> str:
     lines = [
         f"# The article's claims, decided by run `{study.run}`",
         "",
-        f"Generated from the run's tables ({study.repeats} repeat(s) per cell, medians and 95 % bootstrap "
-        "intervals); not edited by hand. See `workflow/specsweep/claims.py` for each rule.",
+        f"Generated from the run's tables ({study.repeats} repeat(s) per cell"
+        + ("" if study.engine_per_repeat else ", passes on one engine: technical replicates, no interval")
+        + "; medians, 95 % intervals over engine starts, K's over prompts); not edited by hand. See "
+        "`workflow/specsweep/claims.py` for each rule.",
+        "",
+        f"Verdicts: {stats.VERDICT_RULE}",
         "",
         "| claim | verdict | evidence |",
         "|---|---|---|",
@@ -304,7 +317,8 @@ def readme_sentence(
     for s in sp:
         if s["speedup"] is not None:
             counts[s["verdict"]] = counts.get(s["verdict"], 0) + 1
-    parts = [f"{counts[v]} {v}" for v in ("faster", "slower", "within noise", "undecided (n<2)") if counts.get(v)]
+    order = ("faster", "slower", "equivalent", "undecided")
+    parts = [f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: (order.index(v.split(" ")[0]), v))]
     claims = ", ".join(f"{c['id']} {c['verdict']}" for c in decided)
     dummy = [m for m, spec in study.models.items() if spec.weights == "dummy"]
     weights = (
@@ -313,9 +327,12 @@ def readme_sentence(
         else ""
     )
     repeats = f"{study.repeats} repeats per cell planned" + (
-        "" if study.engine_per_repeat else ", passes on one engine"
+        ", each its own engine start" if study.engine_per_repeat else ", passes on one engine: technical replicates"
     )
+    bands = sorted({s["band"] for s in sp if s.get("band") is not None and s["speedup"] is not None})
+    band = "/".join(f"{100 * b:.1f}" for b in bands) or f"{100 * stats.BAND:.1f}"
     return (
         f"Run `{study.run}`: {n} of {len(crow) * study.repeats} measurements ({repeats}){weights}; against "
-        f"{study.baseline}, the measured cells were {', '.join(parts) or 'none'}; claims: {claims}."
+        f"{study.baseline}, the measured cells were {', '.join(parts) or 'none'} (band ±{band} %); claims: "
+        f"{claims}. Verdicts: {stats.VERDICT_RULE}"
     )

@@ -4,10 +4,10 @@ Public: :data:`FIGURES` (the one list of figures: the Snakemake rules, the capti
 from it), :func:`render_all`, :func:`fig5_layout`.  Every figure is written as PNG (dpi 120) and SVG,
 plus a ``manifest.json`` naming the cells each figure used and those it needed but lacked.
 
-Repeats: every bar or marker is a cell's median over its repeats, with a whisker for its 95 % bootstrap
-interval (the tables' ``*_lo``/``*_hi``); every footer states the run's n (repeats per cell), and a cell
-measured fewer times than that is labelled with its own n.  A cell with n = 1 has no interval, and so no
-whisker.
+Repeats: every bar or marker is a cell's median over its repeats, with a whisker for its 95 % interval over
+engine starts (the tables' ``*_lo``/``*_hi``; K's over prompts); every footer states the run's n (repeats per
+cell), and a cell measured fewer times than that is labelled with its own n.  A cell with fewer than 2 engine
+starts (one pass, or passes on one engine) has no interval, and so no whisker.
 
 Missing data: a figure is never silently drawn from a subset.  What exists is drawn, a needed cell without a
 measurement gets an ``n/a`` marker where its bar would be, and every such cell is listed in a red box on the
@@ -307,7 +307,7 @@ class Tables:
         if fewer:
             n_text += f" ({fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)"
         return (
-            f"run: {self.run} · {n_text} · bar/marker = median, whisker = 95 % bootstrap interval"
+            f"run: {self.run} · {n_text} · bar/marker = median, whisker = 95 % interval (engine starts)"
             f" · device: {_distinct(rows, 'device_name')} · vLLM {_distinct(rows, 'vllm_version')}"
         )
 
@@ -594,7 +594,7 @@ def _gain_label(data: Tables, cell: Cell) -> tuple[str, str]:
     return text, VERDICT_COLORS.get(data.verdict(cell) or "", NOISE_COLOR)
 
 
-VERDICT_KEY = "label: % change vs {b} [95 % interval]; green faster, red slower, grey within noise"
+VERDICT_KEY = "label: % change vs {b} [95 % interval]; green faster, red slower, grey equivalent or undecided"
 
 
 # ------------------------------------------------------------------------ figures

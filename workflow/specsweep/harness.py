@@ -1,7 +1,7 @@
 """Fidelity check: the same prompts and engine through vLLM's own offline throughput harness
 (``vllm.benchmarks.throughput.run_vllm``, what ``vllm bench throughput`` runs) and through specsweep's
 engine, `runs` times each in interleaved order (ABBA...), each pass on a fresh engine (cold prefix cache):
-medians, their ratio and its bootstrap interval -> results/{run}/tables/fidelity.json.
+medians, their ratio and its Welch interval (stats.ratio_ci) -> results/{run}/tables/fidelity.json.
 
 vLLM's harness generates exactly expected_output_len tokens (ignore_eos) and samples with its own
 defaults; the config compared with it should set ``sampling: {ignore_eos: true}`` (greedy: temperature 0

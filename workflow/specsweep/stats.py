@@ -1,17 +1,52 @@
-"""Statistics over repeats: median, a seeded bootstrap 95 % interval, the coefficient of variation, the
-interval of a ratio of medians and the verdict it gives. Deterministic: the same values give the same numbers.
+"""Statistics over engine starts: medians, 95 % intervals whose coverage holds at the n a run has, the interval
+of a ratio, K's interval over prompts, and the verdict they give. Deterministic: the same values give the same
+numbers.
+
+The unit of replication is the engine start. Throughput, step time and the like vary between engine starts
+(allocation, compilation, clocks) more than between passes on one engine, so passes on one engine are
+technical replicates: averaged into their start's value, never counted as n.
+
+Intervals of a cell's value (:func:`cell_ci`) and of a ratio of two cells (:func:`ratio_ci`) are t-intervals on
+the log scale. Log throughput over engine starts is close to normal and its spread is multiplicative, so the
+mean of the logs with a Student t quantile gives an interval for the cell's typical (geometric-mean) value whose
+95 % coverage holds at n = 2, 3, 5 (tests/test_stats.py simulates it). The ratio's interval is Welch's on the
+difference of the two sides' mean logs (the sides ran on different engines: unpaired, variances not assumed
+equal). Why not the percentile bootstrap of the median it replaces: at n = 3 a resampled median can only be one
+of the three values, so that interval is [min, max], which covers the true median about 75 % of the time. With
+fewer than 2 engine starts there is no honest interval: None, and nothing is decided.
+
+K and alpha are different: with the engine's own randomness fixed (greedy) every start gives the same K, yet K
+depends on which prompts were drawn. Their interval (:func:`prompt_bootstrap`) resamples prompts (a cluster
+bootstrap: a prompt with all its repeats is one draw) from the cells' per-request output tokens and generation
+steps.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
+
+from .errors import SpecsweepError
 
 N_BOOT = 4000
 SEED = 20261130
 LEVEL = 0.95
+#: The equivalence band (a fraction): a speedup within 1 -/+ BAND of 1 is of no practical consequence.
+BAND = 0.03
+#: The fewest prompts with per-request data for which the prompt bootstrap gives an interval.
+MIN_PROMPTS = 10
+
+VERDICT_RULE = (
+    "A speedup is `faster` (`slower`) only when its whole 95 % interval (Welch t on log throughput over engine "
+    "starts) lies above 1 + b (below 1 - b), `equivalent` when it lies inside [1 - b, 1 + b], else `undecided`; "
+    f"the band b is {100 * BAND:.0f} % or, if larger, the measured between-engine spread (the pooled standard "
+    "deviation of log throughput over the baseline's engine starts of that model, all its workloads); a cell "
+    "with fewer than 2 engine starts (`undecided (n<2)`) or whose repeats are passes on one engine "
+    "(`undecided (technical replicates)`) decides nothing."
+)
 
 
 def _clean(values: Sequence[float | None]) -> np.ndarray:
@@ -32,51 +67,247 @@ def cv(values: Sequence[float | None]) -> float | None:
     return float(arr.std(ddof=1) / abs(arr.mean()))
 
 
-def _percentiles(boot: np.ndarray) -> tuple[float, float]:
-    lo, hi = np.quantile(boot, [(1 - LEVEL) / 2, 1 - (1 - LEVEL) / 2], method="linear")
-    return float(lo), float(hi)
+# ------------------------------------------------------------------------------------------ Student t
 
 
-def bootstrap_ci(values: Sequence[float | None], seed: int = SEED) -> tuple[float | None, float | None]:
-    """95 % percentile-bootstrap interval of the median over repeats; (None, None) for n < 2."""
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbeta) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbeta) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with df (real, > 0) degrees of freedom."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+@lru_cache(maxsize=4096)
+def t_quantile(p: float, df: float) -> float:
+    """The p quantile (0.5 < p < 1) of Student's t with df degrees of freedom (real df, as Welch's gives):
+    Newton's method on t_cdf, bisection-guarded."""
+    if not 0.5 < p < 1.0 or not df > 0:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df > 0, got p={p}, df={df}")
+    z = math.sqrt(2.0) * _erfinv(2.0 * p - 1.0)
+    # Cornish-Fisher start: within a few per cent of the quantile from df = 2 on, so Newton takes few steps
+    x = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    lo, hi = 0.0, math.inf
+    for _ in range(200):
+        f = t_cdf(x, df) - p
+        if f > 0:
+            hi = x
+        else:
+            lo = x
+        step = f / (c * (1.0 + x * x / df) ** (-(df + 1) / 2))
+        if abs(step) < 1e-12 * max(1.0, abs(x)):
+            return x - step
+        x = x - step if lo < x - step < hi else (0.5 * (lo + hi) if hi < math.inf else 2.0 * x)
+    return x
+
+
+def _erfinv(y: float) -> float:
+    """Inverse error function (a start for t_quantile; refined by Newton on erf)."""
+    a = 0.147
+    ln = math.log(1.0 - y * y)
+    s = 2.0 / (math.pi * a) + ln / 2.0
+    x = math.copysign(math.sqrt(math.sqrt(s * s - ln / a) - s), y)
+    for _ in range(3):
+        x -= (math.erf(x) - y) / (2.0 / math.sqrt(math.pi) * math.exp(-x * x))
+    return x
+
+
+# ------------------------------------------------------------------------------------------ intervals
+
+
+def _log_scale(arr: np.ndarray) -> bool:
+    return bool(arr.size) and bool((arr > 0).all())
+
+
+def start_value(values: Sequence[float | None]) -> float | None:
+    """One engine start's value from its passes: their geometric mean (arithmetic where a value is <= 0)."""
     arr = _clean(values)
-    if arr.size < 2:
+    if not arr.size:
+        return None
+    return float(math.exp(np.log(arr).mean())) if _log_scale(arr) else float(arr.mean())
+
+
+def per_start(values: Sequence[float | None], starts: Sequence[object]) -> list[float]:
+    """The values of passes grouped by their engine start (`starts`, one id per value), one value per start
+    (:func:`start_value`), in order of first appearance."""
+    if len(values) != len(starts):
+        raise ValueError("per_start: one engine start id per value")
+    groups: dict[object, list[float | None]] = {}
+    for v, s in zip(values, starts, strict=True):
+        groups.setdefault(s, []).append(v)
+    out = [start_value(g) for g in groups.values()]
+    return [v for v in out if v is not None]
+
+
+def cell_ci(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """95 % t-interval of a cell's typical value over its engine starts (one value per start): on the log scale
+    (the geometric mean's interval) when every value is > 0, on the raw scale otherwise; (None, None) for n < 2."""
+    arr = _clean(values)
+    n = arr.size
+    if n < 2:
         return None, None
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, arr.size, size=(N_BOOT, arr.size))
-    return _percentiles(np.median(arr[idx], axis=1))
+    log = _log_scale(arr)
+    x = np.log(arr) if log else arr
+    half = t_quantile(1 - (1 - LEVEL) / 2, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
+    lo, hi = float(x.mean()) - half, float(x.mean()) + half
+    return (math.exp(lo), math.exp(hi)) if log else (lo, hi)
+
+
+#: The name this interval had while it was a bootstrap; callers may use either.
+bootstrap_ci = cell_ci
+
+
+def welch_log_ci(num: Sequence[float | None], den: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """95 % Welch interval of the ratio of geometric means num / den (one value per engine start on each side,
+    all > 0); (None, None) when either side has n < 2 or a value <= 0."""
+    a, b = _clean(num), _clean(den)
+    if a.size < 2 or b.size < 2 or not _log_scale(a) or not _log_scale(b):
+        return None, None
+    la, lb = np.log(a), np.log(b)
+    va, vb = float(la.var(ddof=1)) / a.size, float(lb.var(ddof=1)) / b.size
+    diff = float(la.mean() - lb.mean())
+    se2 = va + vb
+    if se2 == 0.0:
+        return math.exp(diff), math.exp(diff)
+    df = se2**2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    half = t_quantile(1 - (1 - LEVEL) / 2, round(df, 9)) * math.sqrt(se2)
+    return math.exp(diff - half), math.exp(diff + half)
 
 
 def ratio_ci(
     num: Sequence[float | None], den: Sequence[float | None], seed: int = SEED
 ) -> tuple[float | None, float | None, float | None]:
-    """Ratio of medians (num / den) and its 95 % bootstrap interval, resampling both sides independently
-    (their repeats ran on different engines, so they are not paired). Interval None when either n < 2."""
+    """Ratio of medians (num / den) and the 95 % Welch interval of the ratio from the log-scale difference
+    (:func:`welch_log_ci`); num and den hold one value per engine start. Interval None when either n < 2.
+    `seed` is unused (the interval is exact, not resampled) and kept for callers."""
+    del seed
     a, b = _clean(num), _clean(den)
     if not a.size or not b.size or np.median(b) == 0:
         return None, None, None
     point = float(np.median(a) / np.median(b))
-    if a.size < 2 or b.size < 2:
-        return point, None, None
-    rng = np.random.default_rng(seed)
-    ma = np.median(a[rng.integers(0, a.size, size=(N_BOOT, a.size))], axis=1)
-    mb = np.median(b[rng.integers(0, b.size, size=(N_BOOT, b.size))], axis=1)
-    lo, hi = _percentiles(ma / mb)
+    lo, hi = welch_log_ci(a.tolist(), b.tolist())
     return point, lo, hi
 
 
-def verdict(point: float | None, lo: float | None, hi: float | None) -> str:
-    """faster / slower when the whole interval is on one side of 1; within noise when it straddles 1;
-    undecided (n < 2) when there is no interval."""
+def spread(groups: Sequence[Sequence[float | None]]) -> float | None:
+    """The between-engine spread: the pooled standard deviation of log values over engine starts, pooled over
+    groups (cells, one value per start); None when no group has 2 starts."""
+    ss, df = 0.0, 0
+    for g in groups:
+        arr = _clean(g)
+        if arr.size < 2 or not _log_scale(arr):
+            continue
+        x = np.log(arr)
+        ss += float(((x - x.mean()) ** 2).sum())
+        df += arr.size - 1
+    return math.sqrt(ss / df) if df else None
+
+
+def band_for(measured_spread: float | None) -> float:
+    """The equivalence band of VERDICT_RULE: BAND, or the measured between-engine spread if larger."""
+    return max(BAND, measured_spread or 0.0)
+
+
+def verdict(
+    point: float | None, lo: float | None, hi: float | None, band: float = BAND, technical: bool = False
+) -> str:
+    """The verdict of a speedup interval under VERDICT_RULE: starts with faster, slower, equivalent, undecided
+    or missing. `technical`: the repeats of one side are passes on one engine."""
     if point is None:
         return "missing"
+    if technical:
+        return "undecided (technical replicates)"
     if lo is None or hi is None:
         return "undecided (n<2)"
-    if lo > 1.0:
+    if lo > 1.0 + band:
         return "faster"
-    if hi < 1.0:
+    if hi < 1.0 - band:
         return "slower"
-    return "within noise"
+    if lo >= 1.0 - band and hi <= 1.0 + band:
+        return "equivalent"
+    return "undecided"
+
+
+# ------------------------------------------------------------------------------------------ over prompts
+
+
+def prompt_bootstrap(
+    output_tokens: Sequence[Sequence[int]],
+    gen_steps: Sequence[Sequence[int | None]],
+    seed: int = SEED,
+    boots: int = N_BOOT,
+) -> tuple[float, float, float, int] | None:
+    """Tokens per decode step over a cell's requests, sum(output_tokens - 1) / sum(gen_steps - 1) (the first
+    token's step is the prefill's; each later step gives 1 + the accepted draft tokens), and its 95 % percentile
+    interval from a cluster bootstrap over prompts: each draw resamples prompts with replacement, a prompt
+    bringing all its repeats. One list per repeat, in prompt order (the cell JSON's `requests`); a request with
+    gen_steps null or < 1 is left out. Returns (point, lo, hi, prompts), None with fewer than MIN_PROMPTS
+    prompts or no decode step. `boots`: bootstrap draws."""
+    if len(output_tokens) != len(gen_steps) or not output_tokens:
+        raise SpecsweepError("requests: one output_tokens and one gen_steps list per repeat")
+    n = len(output_tokens[0])
+    if any(len(o) != n or len(s) != n for o, s in zip(output_tokens, gen_steps, strict=True)):
+        raise SpecsweepError(
+            f"requests: every repeat must list the same prompts (lengths {[len(o) for o in output_tokens]} "
+            f"output_tokens, {[len(s) for s in gen_steps]} gen_steps)"
+        )
+    tok, steps, seen = np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool)
+    for outs, gens in zip(output_tokens, gen_steps, strict=True):
+        for i, (o, g) in enumerate(zip(outs, gens, strict=True)):
+            if g is None or g < 1 or o is None or o < 1:
+                continue
+            tok[i] += o - 1
+            steps[i] += g - 1
+            seen[i] = True
+    tok, steps = tok[seen], steps[seen]
+    k = int(seen.sum())
+    if k < MIN_PROMPTS or steps.sum() <= 0:
+        return None
+    point = float(tok.sum() / steps.sum())
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, k, size=(boots, k))
+    den = steps[idx].sum(axis=1)
+    boot = tok[idx].sum(axis=1)[den > 0] / den[den > 0]
+    lo, hi = np.quantile(boot, [(1 - LEVEL) / 2, 1 - (1 - LEVEL) / 2], method="linear")
+    return point, float(lo), float(hi), k
 
 
 def geomean(values: Sequence[float | None]) -> float | None:

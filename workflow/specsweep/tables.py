@@ -1,9 +1,12 @@
 """All measurements of a run -> tables (Parquet, CSV, Markdown), GPU-time accounting and the claims table.
 
     measurements.parquet  one row per expected (cell, repeat): ok / failed / missing
-    cells.parquet         one row per cell: n, median, 95 % bootstrap interval and CV over its repeats
+    cells.parquet         one row per cell: n (measurements), n_starts (engine starts) and replication, median
+                          and CV over its repeats, the 95 % interval over engine starts (stats.cell_ci; K and
+                          alpha: over prompts, stats.prompt_bootstrap, where the cells hold per-request data)
     speedup.parquet       each non-baseline cell against the baseline cell of its model and workload:
-                          speedup (ratio of medians) with interval and verdict, K, alpha, R, R over decode
+                          speedup (ratio of medians) with its interval over engine starts (stats.ratio_ci), the
+                          equivalence band and the verdict (stats.VERDICT_RULE), K, alpha, R, R over decode
                           steps, T (tokens-per-step ratio), and the engine settings of both sides
     gpu_time.json         seconds spent importing, starting engines, warming up, generating; generating_share
     claims.md             the article's claims decided by these tables (see claims.py)
@@ -13,6 +16,10 @@ torch version, device, driver, dtype, sampling, dataset, engine settings other t
 the repeats of one cell must agree on those and on the settings vLLM chose. Staleness: a measurement whose
 settings differ from what the current config says for its cell is refused by name, with the differing keys.
 Either check can be overridden (--allow-mismatch, --allow-stale); the override is recorded in the metadata.
+
+The unit of replication is the engine start: the passes of one engine start are reduced to one value
+(stats.per_start) before an interval is taken, so passes on one engine (`engine_per_repeat: false`) give a cell
+n_starts = 1, replication "passes on one engine", no interval and the verdict `undecided (technical replicates)`.
 """
 
 from __future__ import annotations
@@ -103,6 +110,7 @@ MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("cell_path", S),
 ]
 #: Per-cell statistics over repeats: for each of these the median, the 95 % interval and the CV.
+#: The interval is over engine starts; K's and alpha's are over prompts (see prompt_interval).
 STAT_METRICS = (
     "output_tok_s",
     "K",
@@ -118,10 +126,13 @@ CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
     *CELL_ID_COLUMNS,
     ("status", S),
     ("n", I),
+    ("n_starts", I),
+    ("replication", S),
     ("repeats", I),
     ("error", S),
     *[(f"{m}_{suffix}", F) for m in STAT_METRICS for suffix in ("median", "lo", "hi", "cv")],
     ("prompts", I),
+    ("K_prompts", I),
     ("input_tokens_mean", F),
     ("output_tokens_mean", F),
     ("drafts", I),
@@ -144,9 +155,13 @@ SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("status", S),
     ("n", I),
     ("n_baseline", I),
+    ("n_starts", I),
+    ("n_starts_baseline", I),
+    ("replication", S),
     ("speedup", F),
     ("speedup_lo", F),
     ("speedup_hi", F),
+    ("band", F),
     ("verdict", S),
     ("gain_pct", F),
     ("K", F),
@@ -299,6 +314,8 @@ def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
         "dataset_sha256": doc["dataset"]["content_sha256"],
         "config_sha256": doc["config_sha256"],
         "cell_path": path,
+        # not a column: the engine start this pass ran on (the unit of replication)
+        "_start": f"{doc['engine']['key']}@{doc['engine']['spawned_at']}",
     }
 
 
@@ -446,10 +463,15 @@ def cell_rows(
                         f"cell {cell.key}: its repeats were measured under different {', '.join(diff)} "
                         f"(rerun them, or pass --allow-mismatch)"
                     )
+            starts = [r["_start"] for r in ok]
+            row["n_starts"] = len(set(starts))
+            row["replication"] = "passes on one engine" if row["n_starts"] == 1 < len(ok) else "engine starts"
             for m in STAT_METRICS:
                 vals = [r[m] for r in ok]
-                lo, hi = stats.bootstrap_ci(vals)
+                lo, hi = stats.cell_ci(stats.per_start(vals, starts))
                 row |= {f"{m}_median": stats.median(vals), f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_cv": stats.cv(vals)}
+            reqs = [docs[(cell.model, cell.workload, cell.config, r["repeat"])].get("requests") for r in ok]
+            row |= prompt_interval(row["K_median"], row["alpha_median"], reqs, cell.key)
             for k in ("drafts", "draft_tokens", "accepted"):
                 vals = [r[k] for r in ok]
                 row[k] = sum(vals) if all(v is not None for v in vals) else None
@@ -476,6 +498,37 @@ def cell_rows(
     return out
 
 
+def prompt_interval(
+    k: float | None, alpha: float | None, requests: list[dict[str, Any] | None], cell: str
+) -> dict[str, Any]:
+    """K's and alpha's 95 % interval over prompts, from the repeats' per-request data (the cell JSON's
+    `requests`: output_tokens, gen_steps), and the number of prompts resampled. The cluster bootstrap
+    (stats.prompt_bootstrap) gives the interval of tokens per decode step; its relative width on the accepted
+    part (per-request tokens per decode step - 1) is carried onto K - 1 and alpha, which vLLM's counters give
+    (K = 1 + alpha * mean draft length). No interval (None, K_prompts None) when a repeat lacks per-request data,
+    never a zero-width one."""
+    out: dict[str, Any] = {"K_lo": None, "K_hi": None, "alpha_lo": None, "alpha_hi": None, "K_prompts": None}
+    if k is None or not requests or any(r is None for r in requests):
+        return out
+    try:
+        got = stats.prompt_bootstrap(
+            [r["output_tokens"] for r in requests if r is not None],
+            [r["gen_steps"] for r in requests if r is not None],
+        )
+    except (KeyError, TypeError) as e:
+        raise SpecsweepError(f"cell {cell}: its requests block lacks output_tokens or gen_steps ({e})") from e
+    except SpecsweepError as e:
+        raise SpecsweepError(f"cell {cell}: {e}") from e
+    if got is None:
+        return out
+    point, lo, hi, prompts = got
+    f_lo, f_hi = ((lo - 1.0) / (point - 1.0), (hi - 1.0) / (point - 1.0)) if point > 1.0 else (1.0, 1.0)
+    out |= {"K_lo": 1.0 + (k - 1.0) * f_lo, "K_hi": 1.0 + (k - 1.0) * f_hi, "K_prompts": prompts}
+    if alpha is not None:
+        out |= {"alpha_lo": alpha * f_lo, "alpha_hi": alpha * f_hi}
+    return out
+
+
 def speedup_rows(
     study: Study,
     rows: list[dict[str, Any]],
@@ -486,13 +539,28 @@ def speedup_rows(
 ) -> list[dict[str, Any]]:
     by_cell = {(c["model"], c["workload"], c["config"]): c for c in crow}
 
-    def series(model: str, workload: str, config: str, metric: str) -> list[Any]:
-        return [
-            r[metric]
+    def series(model: str, workload: str, config: str, metric: str) -> list[float]:
+        """The cell's values of metric, one per engine start (stats.per_start)."""
+        ok = [
+            r
             for r in rows
             if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (model, workload, config)
         ]
+        return stats.per_start([r[metric] for r in ok], [r["_start"] for r in ok])
 
+    # the equivalence band per model: BAND, or the baseline's between-engine spread of throughput if larger
+    band = {
+        m: stats.band_for(
+            stats.spread(
+                [
+                    series(m, w, study.baseline, "output_tok_s")
+                    for (mm, w, cfg) in by_cell
+                    if (mm, cfg) == (m, study.baseline)
+                ]
+            )
+        )
+        for m in {c["model"] for c in crow}
+    }
     out = []
     for c in crow:
         if c["config"] == study.baseline:
@@ -501,6 +569,7 @@ def speedup_rows(
         row = dict.fromkeys((n for n, _ in SPEEDUP_COLUMNS), None)
         row |= {k: c[k] for k in ("run", "model", "model_params_b", "workload", "config", "method")}
         row |= {"baseline": study.baseline, "n": c["n"], "n_baseline": base["n"] if base else 0, "status": "missing"}
+        row |= {"n_starts": c["n_starts"], "n_starts_baseline": base["n_starts"] if base else None}
         if base is None or not c["n"] or not base["n"]:
             out.append(row)
             continue
@@ -516,32 +585,52 @@ def speedup_rows(
                     f"different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)"
                 )
         metrics = ("output_tok_s", "step_time_ms", "decode_step_time_ms", "tokens_per_step")
-        row |= {"status": "ok" if c["status"] == "ok" and base["status"] == "ok" else "partial"}
+        technical = "passes on one engine" in (c["replication"], base["replication"])
+        row |= {
+            "status": "ok" if c["status"] == "ok" and base["status"] == "ok" else "partial",
+            "replication": "passes on one engine" if technical else "engine starts",
+        }
         row |= compare_cells(
             c,
             base,
             {m: series(mk, wk, ck, m) for m in metrics},
             {m: series(mk, wk, study.baseline, m) for m in metrics},
+            band=band[mk],
+            technical=technical,
         )
         out.append(row)
     return out
 
 
 def compare_cells(
-    c: dict[str, Any], base: dict[str, Any], mine: dict[str, list[Any]], theirs: dict[str, list[Any]]
+    c: dict[str, Any],
+    base: dict[str, Any],
+    mine: dict[str, list[Any]],
+    theirs: dict[str, list[Any]],
+    band: float = stats.BAND,
+    technical: bool = False,
 ) -> dict[str, Any]:
-    """The speedup row's numbers of cell row `c` against its baseline row `base`, from the repeats' values of
-    output_tok_s, step_time_ms, decode_step_time_ms and tokens_per_step on each side: the ratios of medians
-    with their bootstrap intervals, the verdict, and the settings of both sides."""
-    sp, lo, hi = stats.ratio_ci(mine["output_tok_s"], theirs["output_tok_s"])
-    r_, r_lo, r_hi = stats.ratio_ci(mine["step_time_ms"], theirs["step_time_ms"])
-    rd, rd_lo, rd_hi = stats.ratio_ci(mine["decode_step_time_ms"], theirs["decode_step_time_ms"])
-    t, t_lo, t_hi = stats.ratio_ci(mine["tokens_per_step"], theirs["tokens_per_step"])
+    """The speedup row's numbers of cell row `c` against its baseline row `base`, from the values of
+    output_tok_s, step_time_ms, decode_step_time_ms and tokens_per_step on each side, one per engine start:
+    the ratios of the cells' medians with their intervals (stats.ratio_ci), the verdict under the equivalence
+    `band` (`technical`: a side's repeats are passes on one engine, so no verdict), and the settings of both
+    sides."""
+
+    def ratio(metric: str) -> tuple[float | None, float | None, float | None]:
+        point, lo, hi = stats.ratio_ci(mine[metric], theirs[metric])
+        a, b = c.get(f"{metric}_median"), base.get(f"{metric}_median")
+        return (a / b if a is not None and b else point), lo, hi
+
+    sp, lo, hi = ratio("output_tok_s")
+    r_, r_lo, r_hi = ratio("step_time_ms")
+    rd, rd_lo, rd_hi = ratio("decode_step_time_ms")
+    t, t_lo, t_hi = ratio("tokens_per_step")
     out = {
         "speedup": sp,
         "speedup_lo": lo,
         "speedup_hi": hi,
-        "verdict": stats.verdict(sp, lo, hi),
+        "band": band,
+        "verdict": stats.verdict(sp, lo, hi, band=band, technical=technical),
         "gain_pct": 100.0 * (sp - 1.0) if sp is not None else None,
         "K": c["K_median"],
         "K_lo": c["K_lo"],
@@ -642,6 +731,17 @@ def _ci(point: Any, lo: Any, hi: Any, digits: int = 2) -> str:
     return f"{point:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def _replication(r: dict[str, Any]) -> str:
+    """'engine starts', 'N passes on one engine' (technical replicates) or 'N passes on M engines' (each
+    engine start's passes reduced to one value); – for an unmeasured cell."""
+    n, starts = r.get("n"), r.get("n_starts")
+    if not n:
+        return "–"
+    if n == starts:
+        return "engine starts"
+    return f"{n} passes on one engine" if starts == 1 else f"{n} passes on {starts} engines"
+
+
 def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]], gt: dict[str, Any]) -> str:
     lines = [f"# specsweep run `{study.run}`", ""]
     done = sum(1 for r in crow if r["status"] == "ok")
@@ -649,18 +749,22 @@ def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str
     engines = (
         "every repeat on its own engine start"
         if study.engine_per_repeat
-        else "the repeats are passes on one engine per (model, ladder step), caches reset between them"
+        else "the repeats are passes on one engine per (model, ladder step), caches reset between them: technical "
+        "replicates, not counted as n"
     )
     lines.append(
         f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
-        f"{study.repeats} repeat(s) each, {engines}). Medians over repeats; "
-        f"[95 % bootstrap interval]; CV = coefficient of variation of tok/s over repeats."
+        f"{study.repeats} repeat(s) each, {engines}). n = engine starts. Medians over repeats; "
+        "[95 % interval over engine starts: t on log values (stats.cell_ci), Welch t for a ratio (stats.ratio_ci); "
+        "none below 2 engine starts]; K and α have no interval here (their interval, over prompts, is in "
+        "cells.parquet where the cells hold per-request data); CV = coefficient of variation of tok/s over repeats."
     )
+    lines += ["", f"Verdicts: {stats.VERDICT_RULE}"]
     lines += [
         "",
-        "| model | workload | config | n | tok/s | CV | speedup | verdict | K | α | R | R decode | T | "
+        "| model | workload | config | n | replication | tok/s | CV | speedup | verdict | K | α | R | R decode | T | "
         "in/out tokens | match baseline |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     spk = {(s["model"], s["workload"], s["config"]): s for s in sp}
     for r in crow:
@@ -672,7 +776,8 @@ def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str
         )
         cv = r.get("output_tok_s_cv")
         lines.append(
-            f"| {r['model']} | {r['workload']} | {r['config']} | {r['n']} | "
+            f"| {r['model']} | {r['workload']} | {r['config']} | {_fmt(r.get('n_starts'))} | "
+            f"{_replication(r)} | "
             f"{_ci(r.get('output_tok_s_median'), r.get('output_tok_s_lo'), r.get('output_tok_s_hi'), 1)} | "
             f"{_fmt(100 * cv, 1) + ' %' if cv is not None else '–'} | "
             f"{_ci(s.get('speedup'), s.get('speedup_lo'), s.get('speedup_hi'), 3)} | {s.get('verdict') or '–'} | "
