@@ -16,7 +16,12 @@ from specsweep.config import build_study
 from specsweep.jsonio import sha256_obj
 
 MODEL = "smollm2-135m-instruct"
-PROMPTS, MAX_TOKENS = 6, 8
+PROMPTS, MAX_TOKENS, PER_SLOT = 6, 8, 4
+
+
+def timed(b: int) -> int:
+    """The prompts a cell at b times: the first min(num_prompts, prompts_per_slot * b)."""
+    return min(PROMPTS, PER_SLOT * b)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +43,7 @@ def conc_run(tmp_path_factory, smollm2) -> dict:
                 "functions": 2,
                 "comment_lines": 3,
                 "concurrency": [1, 4],
+                "prompts_per_slot": PER_SLOT,
             }
         },
         "ladder": {"vanilla": smoke["ladder"]["vanilla"]},
@@ -74,7 +80,12 @@ def test_each_concurrency_is_its_own_path_on_one_engine(conc_run):
     assert "concurrency" not in docs["code"]["settings"]["workload"]
     assert docs["code@b4"]["settings"]["workload"]["concurrency"] == 4
     plain = dict(conc_run["cfg"])
-    plain["workloads"] = {"code": {k: v for k, v in plain["workloads"]["code"].items() if k != "concurrency"}}
+    assert "prompts_per_slot" not in docs["code"]["settings"]["workload"]
+    assert docs["code@b1"]["settings"]["workload"]["prompts_per_slot"] == PER_SLOT
+    assert [docs[w]["dataset"]["prompts"] for w in ("code", "code@b1", "code@b4")] == [PROMPTS, timed(1), timed(4)]
+    plain["workloads"] = {
+        "code": {k: v for k, v in plain["workloads"]["code"].items() if k not in ("concurrency", "prompts_per_slot")}
+    }
     study = build_study(json.loads(json.dumps(plain)))
     assert docs["code"]["config_sha256"] == sha256_obj(study.cell_settings(study.cell(MODEL, "code", "vanilla")))
 
@@ -87,14 +98,14 @@ def test_a_cell_at_b_held_b_requests_in_flight(conc_run, b):
     assert conc["max_running"] == b  # vLLM's scheduler never ran more, and did run b at once
     assert conc["mean_running"] == pytest.approx(b, abs=0.05 * b)  # over the steady part
     assert conc["mean_waiting"] == 0  # nothing queued behind the b in flight
-    assert conc["steady_steps"] >= (PROMPTS - b) * MAX_TOKENS // b
+    assert conc["steady_steps"] >= (timed(b) - b) * MAX_TOKENS // b
     # every request got one token per step (vanilla), each step of the pass counted once
-    assert doc["requests"]["output_tokens"] == [MAX_TOKENS] * PROMPTS
-    assert doc["requests"]["gen_steps"] == [MAX_TOKENS] * PROMPTS
+    assert doc["requests"]["output_tokens"] == [MAX_TOKENS] * timed(b)
+    assert doc["requests"]["gen_steps"] == [MAX_TOKENS] * timed(b)
     assert doc["steps"]["engine_steps"] == conc["steps"]
     if b == 1:  # one at a time: the requests finish in prompt order, in PROMPTS x MAX_TOKENS steps
-        assert doc["requests"]["finish_order"] == list(range(PROMPTS))
-        assert conc["steps"] == PROMPTS * MAX_TOKENS
+        assert doc["requests"]["finish_order"] == list(range(timed(1)))
+        assert conc["steps"] == timed(1) * MAX_TOKENS
     assert "LLMEngine.add_request/step" in doc["provenance"]["harness"]
 
 
@@ -121,5 +132,5 @@ def test_latency_is_filled_from_vllm_timestamps(conc_run, workload):
     # one request at a time: the decode-only steps are exactly the requests' decode steps, so the per-request
     # timestamps (TPOT) and the step timestamps give one decode step time
     if workload == "code@b1":
-        mean_tpot = sum(req["tpot_s"]) / PROMPTS
+        mean_tpot = sum(req["tpot_s"]) / timed(1)
         assert 1000 * mean_tpot == pytest.approx(steps["decode_step_time_ms"], rel=1e-6)

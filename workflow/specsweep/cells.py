@@ -164,6 +164,9 @@ def _check(doc: dict[str, Any], fail: Fail) -> None:
 
     prompts = doc["dataset"]["prompts"]
     wanted = settings["workload"]["num_prompts"]
+    b, per_slot = settings["workload"].get("concurrency"), settings["workload"].get("prompts_per_slot")
+    if b is not None and per_slot is not None:  # config.AXIS_KEYS: the first k * b prompts are timed
+        wanted = min(wanted, per_slot * b)
     if prompts != wanted:
         fail(f"dataset.prompts is {prompts}, but settings.workload.num_prompts is {wanted} (a stale workload file?)")
     if doc["dataset"]["seed"] != settings["seed"]:

@@ -48,6 +48,11 @@ class ModelSpec:
 #: Model keys added after cells were first recorded: left out of a cell's settings while unset, so adding
 #: them does not make every earlier cell stale.
 _LATER_MODEL_KEYS = frozenset({"max_model_len", "quantization"})
+#: A workload's keys of the concurrency axis: they make neither its prompts nor its default cells (those of all
+#: prompts at once), so they stay out of its workload file and of those cells' settings. `prompts_per_slot` k:
+#: a cell at b times the first min(num_prompts, k * b) prompts, so that a sweep from b = 1 to the hundreds
+#: keeps each slot busy for k requests instead of timing every prompt one at a time at b = 1.
+AXIS_KEYS = frozenset({"concurrency", "prompts_per_slot"})
 
 
 @dataclass(frozen=True)
@@ -183,9 +188,10 @@ class Study:
         return c
 
     def workload_raw(self, name: str) -> dict[str, Any]:
-        """A workload's config entry without its `concurrency` list: what makes its prompts and its default
-        cells (adding concurrencies to a workload changes neither its workload file nor those cells' hash)."""
-        return {k: v for k, v in self.raw["workloads"][name].items() if k != "concurrency"}
+        """A workload's config entry without its concurrency keys (AXIS_KEYS): what makes its prompts and its
+        default cells (adding concurrencies to a workload changes neither its workload file nor those cells'
+        hash)."""
+        return {k: v for k, v in self.raw["workloads"][name].items() if k not in AXIS_KEYS}
 
     def cell_settings(self, cell: Cell) -> dict[str, Any]:
         """Everything that defines how a cell runs: hashed into the cell's config_sha256."""
@@ -202,6 +208,9 @@ class Study:
         workload = self.workload_raw(cell.base_workload)
         if cell.concurrency is not None:
             workload["concurrency"] = cell.concurrency
+            per_slot = self.raw["workloads"][cell.base_workload].get("prompts_per_slot")
+            if per_slot is not None:
+                workload["prompts_per_slot"] = per_slot
         return {
             "model": {k: v for k, v in model.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)},
             "workload": workload,
@@ -699,7 +708,7 @@ def _check_workloads(study: Study, source: str) -> None:
                 f"{size // prompts} characters); at most {MAX_WORKLOAD_CHARS // 2**20} MiB: "
                 "fewer prompts or shorter ones"
             )
-        fields = {k: v for k, v in w.items() if k not in ("parts", "concurrency")}
+        fields = {k: v for k, v in w.items() if k != "parts" and k not in AXIS_KEYS}
         study.workloads[name] = WorkloadSpec(name=name, parts=parts, **fields)
         for i, b in enumerate(w.get("concurrency") or ()):
             if b > w["num_prompts"]:

@@ -220,6 +220,9 @@ class Engine:
             )
         llm, sampling = self.llm, self.study.cell_sampling(cell)
         b = cell.concurrency
+        per_slot = self.study.cell_settings(cell)["workload"].get("prompts_per_slot")
+        if b is not None and per_slot is not None:  # config AXIS_KEYS: k requests per slot, not every prompt
+            wl = {**wl, "prompts": wl["prompts"][: min(len(wl["prompts"]), per_slot * b)]}
         if b is not None:  # the config check knows only a configured max_num_seqs; this is vLLM's own
             limit = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
             if b > limit:
