@@ -604,6 +604,7 @@ def ensure_host(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                env=_host_env(),
             )
         rec = {
             "format": RECORD_FORMAT,
@@ -648,6 +649,14 @@ def ensure_host(
         raise SpecsweepError(
             f"engine {key}: not ready after {timeout:g} s (SPECSWEEP_ENGINE_START_TIMEOUT_S; log: {log_path})"
         )
+
+
+def _host_env() -> dict[str, str]:
+    """The host's environment: this one, with this very specsweep package first on the import path (the host
+    must speak the protocol of the cell job that spawns it, not that of another installed copy)."""
+    here = str(Path(__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH", "")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([here, path]) if path else here)
 
 
 def _end_child(proc: subprocess.Popen[bytes]) -> None:
