@@ -144,6 +144,15 @@ def test_the_default_engine_folder_is_made_private_and_marked(tmp_path, monkeypa
         assert d.parent == short and d.name.startswith(f"specsweep-engines-{os.getuid()}-")
         assert oct(os.lstat(d).st_mode & 0o777) == oct(0o700)
         assert (d / enginehost.MARKER).read_text() == enginehost.MARKER_TEXT
+        # the default folder an older specsweep made (0700, only host files) is adopted; with any other file
+        # in it, refused
+        (d / enginehost.MARKER).unlink()
+        (d / "0123456789abcdef.json").write_text('{"pid": 1}')
+        assert enginehost.engine_dir(tmp_path / "work") == d and (d / enginehost.MARKER).is_file()
+        (d / enginehost.MARKER).unlink()
+        (d / "r1.json").write_text("{}")
+        with pytest.raises(SpecsweepError, match="holds 2 file"):
+            enginehost.engine_dir(tmp_path / "work")
     finally:
         shutil.rmtree(short)
 

@@ -68,6 +68,8 @@ TOKEN = re.compile(r"[0-9a-f]{32}")
 MAX_RECORD_BYTES = 64 * 1024
 #: How long a starting host (no socket yet) gets after SIGTERM before SIGKILL.
 TERM_GRACE_S = 10.0
+#: What an error about the default engine folder tells to change.
+DEFAULT_CULPRIT = "TMPDIR (or SPECSWEEP_ENGINE_DIR)"
 
 
 class StaleHostError(SpecsweepError):
@@ -122,7 +124,7 @@ def _locate(workdir: Path | str | None) -> tuple[Path, str]:
         return d, "SPECSWEEP_ENGINE_DIR"
     wd = str(Path(workdir or os.getcwd()).resolve())
     name = f"specsweep-engines-{os.getuid()}-{hashlib.sha256(wd.encode()).hexdigest()[:10]}"
-    return Path(tempfile.gettempdir()) / name, "TMPDIR (or SPECSWEEP_ENGINE_DIR)"
+    return Path(tempfile.gettempdir()) / name, DEFAULT_CULPRIT
 
 
 def engine_dir(workdir: Path | str | None = None) -> Path:
@@ -180,7 +182,9 @@ def _check_folder(d: Path, culprit: str, create: bool) -> None:
     except OSError as exc:
         raise SpecsweepError(f"{where}: cannot be listed ({exc.strerror})") from None
     if MARKER not in names:
-        if names:
+        # the default folder of an older specsweep (0700, this user's, only host files in it) is adopted
+        older = culprit == DEFAULT_CULPRIT and not stat.S_IMODE(st.st_mode) & 0o077 and all(map(_ours, names))
+        if names and not older:
             raise SpecsweepError(
                 f"{where}: holds {len(names)} file(s) but not specsweep's marker {MARKER}: not an engine folder "
                 f"(nothing there is touched); set {culprit} to an empty folder"
@@ -199,6 +203,13 @@ def _check_folder(d: Path, culprit: str, create: bool) -> None:
         raise SpecsweepError(
             f"{where}: is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); chmod 700 it, or remove it"
         )
+
+
+def _ours(name: str) -> bool:
+    """A name specsweep gives the files of an engine folder: the lock, a host's record, socket, failure
+    memo or log."""
+    stem, _, ext = name.partition(".")
+    return name == "manager.lock" or (bool(KEY.fullmatch(stem)) and ext in ("json", "sock", "failed", "log"))
 
 
 def _write_private(path: Path, text: str) -> None:
