@@ -617,8 +617,8 @@ def test_slot_settings_in_config_env():
         ({"1BAD": "x"}, "config: env: '1BAD' is not a valid environment variable name"),
         ({"A=B": "x"}, "config: env: 'A=B' is not a valid environment variable name"),
         ({"": "x"}, "config: env: '' is not a valid environment variable name"),
-        ({"OK": 1}, "config: env.OK: the value must be a string, got int (quote it)"),
-        ({"OK": "a\x00b"}, "config: env.OK: the value contains a NUL character"),
+        ({"VLLM_OK": 1}, "config: env.VLLM_OK: the value must be a string, got int (quote it)"),
+        ({"VLLM_OK": "a\x00b"}, "config: env.VLLM_OK: the value contains a NUL character"),
         (["A=1"], "config: env: must be a mapping of NAME: value, got list"),
     ],
 )

@@ -123,3 +123,37 @@ def test_repeats_share_one_engine_when_the_config_says_so(setup, tmp_path, monke
     assert two["engine"]["resets"]["suffix_responses_evicted"] > 0  # repeat 1's responses were evicted
     assert one["outputs"] == two["outputs"] and one["spec"]["drafts"] == two["spec"]["drafts"]
     assert (tmp_path / "results" / study.run / "cells" / MODEL / "code" / "suffix" / "r2.json").is_file()
+
+
+def test_a_host_started_for_other_settings_does_not_measure(setup, tmp_path, monkeypatch):
+    """An engine host outlives its run (a kill -9 of Snakemake) and the config then changes in what the engine
+    key leaves out (sampling: temperature 0.0 -> 0.5). The cell asked again must not be measured by the old
+    host: the request carries the cell's settings hash, the old host refuses it, and the cell is measured at
+    temperature 0.5 by a host started for it (position 1), its config_sha256 that of the config now."""
+    from specsweep import enginehost, paths
+    from specsweep.jsonio import sha256_obj
+    from specsweep.runner import run_cell
+
+    study0, files, model = setup
+    cfg = yaml.safe_load(yaml.safe_dump(study0.raw))
+    cfg["groups"] = {"g": {"models": [MODEL], "workloads": ["code"], "configs": ["vanilla"]}}
+    cfg_path = tmp_path / "stale.yaml"
+    monkeypatch.setenv("SPECSWEEP_ENGINE_DIR", str(tmp_path / "eng"))
+    key = paths.Key(study0.run, MODEL, "code", "vanilla", 1)
+    docs = []
+    try:
+        for temperature in (0.0, 0.5):
+            cfg["sampling"] = dict(cfg["sampling"], temperature=temperature)
+            cfg_path.write_text(yaml.safe_dump(cfg))  # the host reads the config file as it is when it starts
+            study = build_study(cfg)
+            docs.append(run_cell(study, key, tmp_path / "results", files["code"], model, str(cfg_path)))
+        cell = study.cell(MODEL, "code", "vanilla")
+    finally:
+        enginehost.stop_all(enginehost.engine_dir())
+    old, new = docs
+    assert old["engine"]["key"] == new["engine"]["key"]  # one engine key: only the settings hash tells them apart
+    assert (old["settings"]["sampling"]["temperature"], new["settings"]["sampling"]["temperature"]) == (0.0, 0.5)
+    assert new["config_sha256"] == sha256_obj(study.cell_settings(cell)) != old["config_sha256"]
+    assert new["engine"]["position"] == 1 and new["engine"]["spawned_by_this_job"]
+    assert new["engine"]["host_pid"] != old["engine"]["host_pid"]
+    assert not enginehost._pid_alive(old["engine"]["host_pid"])  # the stale host was stopped

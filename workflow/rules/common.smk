@@ -301,14 +301,20 @@ wildcard_constraints:
 
 
 def stop_engines() -> None:
-    """End the engine hosts of this folder (in Snakemake's own process: nothing here needs a job's stack)."""
+    """End the engine hosts this run's jobs spawned (in Snakemake's own process: nothing here needs a job's
+    stack), and those of this run no live scheduler owns (a SLURM job's Snakemake, a killed run). Hosts of
+    other runs in this folder, and a folder this run never made, are left alone."""
     from specsweep import enginehost
+    from specsweep.errors import SpecsweepError
 
-    stopped = enginehost.stop_all(enginehost.engine_dir())
-    print(
-        f"stopped {len(stopped)} engine host(s)"
-        + (f": {', '.join(stopped)}" if stopped else "")
-    )
+    try:
+        d = enginehost.existing_engine_dir()
+        stopped = enginehost.stop_all(d, run_id=SCHEDULER_PID, run=RUN) if d else []
+    except SpecsweepError as exc:
+        print(f"specsweep: error: {exc}", file=sys.stderr)
+        return
+    if stopped:
+        print(f"stopped {len(stopped)} engine host(s): {', '.join(stopped)}")
 
 
 def missing_targets() -> list[str]:
@@ -329,7 +335,7 @@ def missing_targets() -> list[str]:
     return sorted(f for f in wanted if not os.path.exists(f))
 
 
-# The engine hosts of this folder end with the workflow (they also end on their own when idle). A run that
+# The engine hosts this run spawned end with the workflow (they also end on their own when idle). A run that
 # ends "successful" without what was asked fails instead of passing silently.
 onsuccess:
     stop_engines()

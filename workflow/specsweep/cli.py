@@ -214,7 +214,7 @@ def cmd_engine_host(args: argparse.Namespace) -> int:
     cell = next((c for c in study.cells if c.model == args.model and c.config == args.ladder_step), None)
     if cell is None:
         raise SpecsweepError(f"engine-host: no cell of model '{args.model}' and ladder step '{args.ladder_step}'")
-    run_engine_host(study, cell, args.repeat, args.model_path, args.key)
+    run_engine_host(study, cell, args.repeat, args.model_path, args.key, args.token)
     return 0
 
 
@@ -257,13 +257,13 @@ def cmd_preflight_plan(args: argparse.Namespace) -> int:
 def cmd_engines(args: argparse.Namespace) -> int:
     from . import enginehost
 
-    d = enginehost.engine_dir()
+    d = enginehost.existing_engine_dir()  # nothing to list or stop where there is no folder: none is made
     if args.stop:
-        stopped = enginehost.stop_all(d)
+        stopped = enginehost.stop_all(d) if d else []
         print(f"stopped {len(stopped)} engine host(s)" + (f": {', '.join(stopped)}" if stopped else ""))
-    else:
-        for key, rec in enginehost.live_hosts(d).items():
-            print(f"{key} pid {rec['pid']} since {rec['spawned_at']:.0f} log {rec.get('log')}")
+    elif d:
+        for key, rec in enginehost.live_hosts(d, prune=False).items():
+            print(f"{key} pid {rec['pid']} since {rec['spawned_at']:.0f} run {rec.get('run')} log {rec.get('log')}")
     return 0
 
 
@@ -422,6 +422,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--repeat", type=int, required=True)
     sp.add_argument("--key", required=True)
     sp.add_argument("--model-path")
+    sp.add_argument("--token", help="the random token of the host's record (proves the process is this host)")
     sp = add("preflight-cell", cmd_preflight_cell, "try one cell (repeat 1) and write its preflight verdict")
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True, help="results/{run}/preflight/{model}/{workload}/{config}.json")
@@ -503,6 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = exc.filename or "(no file)"
         print(f"specsweep: error: {where}: {exc.strerror or type(exc).__name__}"[:400], file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: what was cleaned up, in one line (no traceback)
+        print(f"specsweep: interrupted: {str(exc) or 'Ctrl-C'}"[:400], file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # the engine spawns processes: keep the entry point guarded

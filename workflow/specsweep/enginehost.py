@@ -8,21 +8,39 @@ vLLM's own `vllm bench sweep` pays one server start per serve configuration for 
 
 Protocol: one JSON line per request over a Unix socket in a private (0700) folder, one JSON line back.
 Requests: ping, measure, stop. A host serves one request at a time and exits when told to, when it has
-been idle for SPECSWEEP_ENGINE_IDLE_S seconds (default 300) or when its engine fails.
+been idle for SPECSWEEP_ENGINE_IDLE_S seconds (default 300) or when its engine fails. A measure request
+carries the cell's settings hash (all the cell records under `settings`, sampling included): a host whose
+config gives that cell other settings (the config changed since it started) refuses, and the caller stops
+it and starts one for the config as it is now, so a cell is never measured by a host started for another
+study.
 
-At most one engine lives per engine folder at a time: a cell whose engine is not running first stops the
-others (their GPUs and memory are needed), then spawns its own. Cells that run one after another (the
-default profile, ordered so that cells of one engine are adjacent) reuse it; cells run in parallel with
-different engines stay correct but lose the reuse.
+The folder (`engine_dir`) is private and specsweep's own: created 0700 and checked on every use (a real
+folder, not a symbolic link, owned by this user, closed to others, empty or carrying specsweep's marker
+file), so no other user can plant a host record or a socket in it. Nothing is ever deleted there but host
+records and sockets, and a process is signalled only when it provably is a host of this folder: each host is
+spawned with a random token that its record holds and that its command line (/proc/<pid>/cmdline, same
+user) and its ping reply repeat.
+
+At most one engine of a run lives per engine folder at a time: a cell whose engine is not running first
+stops the other hosts of its run (their GPUs and memory are needed), then spawns its own. Hosts are owned
+by the Snakemake process whose jobs spawned them (`run_id`): the workflow's onsuccess/onerror stop only
+those, so `snakemake figures` or a run of another config in the same folder never touches them. Cells
+that run one after another (the default profile, ordered so that cells of one engine are adjacent) reuse a
+host; cells run in parallel with different engines stay correct but lose the reuse.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
+import math
 import os
+import re
+import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -35,28 +53,190 @@ from typing import Any, TypeGuard
 
 from .errors import EngineStartError, SpecsweepError
 
-IDLE_S = float(os.environ.get("SPECSWEEP_ENGINE_IDLE_S", "300"))
-START_TIMEOUT_S = float(os.environ.get("SPECSWEEP_ENGINE_START_TIMEOUT_S", "3600"))
+DEFAULT_IDLE_S = 300.0
+DEFAULT_START_TIMEOUT_S = 3600.0
 MAX_LINE = 64 * 1024 * 1024
+#: The longest path a Unix socket may have (sun_path is 108 bytes with its terminating NUL).
+MAX_SOCKET_PATH = 107
+#: The file that makes a folder specsweep's engine folder; a folder without it is used only when empty.
+MARKER = ".specsweep-engine-folder"
+MARKER_TEXT = "specsweep engine folder: engine host records and sockets (see specsweep/enginehost.py)\n"
+RECORD_FORMAT = "specsweep-engine-host/1"
+#: An engine key (engine.engine_key): what names a host's record, socket and failure memo.
+KEY = re.compile(r"[0-9a-f]{16}")
+TOKEN = re.compile(r"[0-9a-f]{32}")
+MAX_RECORD_BYTES = 64 * 1024
+#: How long a starting host (no socket yet) gets after SIGTERM before SIGKILL.
+TERM_GRACE_S = 10.0
+#: What an error about the default engine folder tells to change.
+DEFAULT_CULPRIT = "TMPDIR (or SPECSWEEP_ENGINE_DIR)"
 
 
-def engine_dir(workdir: Path | str | None = None) -> Path:
-    """The folder of the sockets, locks and host records of one working folder (short: socket paths are
-    limited to 107 bytes)."""
+class StaleHostError(SpecsweepError):
+    """The host of an engine key was started for other settings of the cell asked for (its config changed
+    since): the caller stops it and starts the right one."""
+
+
+# ------------------------------------------------------------------------------------------------ knobs
+
+
+def _seconds(name: str, default: float) -> float:
+    env = os.environ.get(name)
+    if env is None or not env.strip():
+        return default
+    try:
+        value = float(env)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise SpecsweepError(f"{name}={env[:60]}: must be a positive number of seconds")
+    return value
+
+
+def idle_s() -> float:
+    """How long an idle host waits for a request before it exits: SPECSWEEP_ENGINE_IDLE_S, default 300 s."""
+    return _seconds("SPECSWEEP_ENGINE_IDLE_S", DEFAULT_IDLE_S)
+
+
+def start_timeout_s() -> float:
+    """How long a cell waits for its host's engine to start (and for a host to finish its measurement when
+    told to stop): SPECSWEEP_ENGINE_START_TIMEOUT_S, default one hour."""
+    return _seconds("SPECSWEEP_ENGINE_START_TIMEOUT_S", DEFAULT_START_TIMEOUT_S)
+
+
+def check_knobs() -> None:
+    """Both knobs are finite positive numbers: checked before any engine starts (one line naming the
+    variable; a bad value would otherwise end the host only once its engine has started)."""
+    idle_s()
+    start_timeout_s()
+
+
+# ------------------------------------------------------------------------------------------------ folder
+
+
+def _locate(workdir: Path | str | None) -> tuple[Path, str]:
+    """The engine folder of a working folder and the variable that chose it (named in errors)."""
     override = os.environ.get("SPECSWEEP_ENGINE_DIR")
     if override:
         d = Path(override)
-    else:
-        import hashlib
+        if not d.is_absolute():
+            raise SpecsweepError(f"SPECSWEEP_ENGINE_DIR={override[:200]}: must be an absolute path")
+        return d, "SPECSWEEP_ENGINE_DIR"
+    wd = str(Path(workdir or os.getcwd()).resolve())
+    name = f"specsweep-engines-{os.getuid()}-{hashlib.sha256(wd.encode()).hexdigest()[:10]}"
+    return Path(tempfile.gettempdir()) / name, DEFAULT_CULPRIT
 
-        wd = str(Path(workdir or os.getcwd()).resolve())
-        d = (
-            Path(tempfile.gettempdir())
-            / f"specsweep-engines-{os.getuid()}-{hashlib.sha256(wd.encode()).hexdigest()[:10]}"
+
+def engine_dir(workdir: Path | str | None = None) -> Path:
+    """The folder of the sockets, locks and host records of one working folder: SPECSWEEP_ENGINE_DIR (an
+    absolute path), else <tmp>/specsweep-engines-<uid>-<hash of the working folder>. Created 0700 and checked
+    on every call (see `_check_folder`); its socket paths must fit in 107 bytes (checked before any start)."""
+    d, culprit = _locate(workdir)
+    longest = len(os.fsencode(_sock(d, "0" * 16)))
+    if longest > MAX_SOCKET_PATH:
+        raise SpecsweepError(
+            f"engine folder {str(d)[:200]}: its socket paths would be {longest} bytes, over the "
+            f"{MAX_SOCKET_PATH} a Unix socket allows; set {culprit} to a shorter folder"
         )
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(d, 0o700)
+    _check_folder(d, culprit, create=True)
     return d
+
+
+def existing_engine_dir(workdir: Path | str | None = None) -> Path | None:
+    """The engine folder if it exists (checked as in `engine_dir`), else None: for what only stops or lists
+    hosts and must not create a folder (`snakemake figures`, `specsweep engines`)."""
+    d, culprit = _locate(workdir)
+    if not os.path.lexists(d):
+        return None
+    _check_folder(d, culprit, create=False)
+    return d
+
+
+def _check_folder(d: Path, culprit: str, create: bool) -> None:
+    """A real folder (never a symbolic link), owned by this user, closed to others (0700) and specsweep's:
+    empty (then marked) or carrying the marker. Anything else is refused in one line: a folder another user
+    made first could hold planted records, and any other folder holds files that are not ours."""
+    where = f"engine folder {str(d)[:200]}"
+    if create:
+        try:
+            d.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise SpecsweepError(f"{where}: cannot be created ({exc.strerror}); set {culprit}") from None
+    try:
+        st = os.lstat(d)
+    except OSError as exc:
+        raise SpecsweepError(f"{where}: cannot be read ({exc.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise SpecsweepError(f"{where}: is a symbolic link (never followed); remove it or set {culprit}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SpecsweepError(f"{where}: is not a folder; remove it or set {culprit}")
+    if st.st_uid != os.getuid():
+        raise SpecsweepError(
+            f"{where}: belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); set {culprit} to a folder of yours"
+        )
+    try:
+        names = os.listdir(d)
+    except OSError as exc:
+        raise SpecsweepError(f"{where}: cannot be listed ({exc.strerror})") from None
+    if MARKER not in names:
+        # the default folder of an older specsweep (0700, this user's, only host files in it) is adopted
+        older = culprit == DEFAULT_CULPRIT and not stat.S_IMODE(st.st_mode) & 0o077 and all(map(_ours, names))
+        if names and not older:
+            raise SpecsweepError(
+                f"{where}: holds {len(names)} file(s) but not specsweep's marker {MARKER}: not an engine folder "
+                f"(nothing there is touched); set {culprit} to an empty folder"
+            )
+        os.chmod(d, 0o700, follow_symlinks=False)
+        _write_private(d / MARKER, MARKER_TEXT)
+        st = os.lstat(d)
+    else:
+        try:
+            mst = os.lstat(d / MARKER)
+        except OSError as exc:
+            raise SpecsweepError(f"{where}: its marker {MARKER} cannot be read ({exc.strerror})") from None
+        if not stat.S_ISREG(mst.st_mode) or mst.st_uid != os.getuid():
+            raise SpecsweepError(f"{where}: its marker {MARKER} is not a file of yours; set {culprit}")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise SpecsweepError(
+            f"{where}: is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); chmod 700 it, or remove it"
+        )
+
+
+def _ours(name: str) -> bool:
+    """A name specsweep gives the files of an engine folder: the lock, a host's record, socket, failure
+    memo or log."""
+    stem, _, ext = name.partition(".")
+    return name == "manager.lock" or (bool(KEY.fullmatch(stem)) and ext in ("json", "sock", "failed", "log"))
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file of the engine folder (0600) through a temporary name and a rename; never through a
+    symbolic link."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _read_private(path: Path, limit: int = MAX_RECORD_BYTES) -> str | None:
+    """A regular file of this user in the engine folder (not followed through a link), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > limit:
+            return None
+        return os.read(fd, limit).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
 
 
 def _sock(d: Path, key: str) -> Path:
@@ -65,6 +245,24 @@ def _sock(d: Path, key: str) -> Path:
 
 def _record(d: Path, key: str) -> Path:
     return d / f"{key}.json"
+
+
+def _failed(d: Path, key: str) -> Path:
+    return d / f"{key}.failed"
+
+
+def _remove_host_files(d: Path, key: str) -> None:
+    """Remove a host's record and socket, and nothing else: the record only when it is a host record, the
+    socket only when it is a socket."""
+    if not KEY.fullmatch(key):
+        return
+    if _read_record(_record(d, key)) is not None:
+        _record(d, key).unlink(missing_ok=True)
+    try:
+        if stat.S_ISSOCK(os.lstat(_sock(d, key)).st_mode):
+            _sock(d, key).unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 # ------------------------------------------------------------------------------------------------ wire
@@ -91,7 +289,10 @@ def request(sock_path: Path, msg: dict[str, Any], timeout: float | None = None) 
         conn.settimeout(timeout)
         conn.connect(str(sock_path))
         _send(conn, msg)
-        return _recv(conn)
+        reply = _recv(conn)
+    if not isinstance(reply, dict):
+        raise ValueError("engine host reply is not a JSON object")
+    return reply
 
 
 def ping(sock_path: Path) -> dict[str, Any] | None:
@@ -105,21 +306,22 @@ def ping(sock_path: Path) -> dict[str, Any] | None:
 # ------------------------------------------------------------------------------------------------ host
 
 
-def serve(key: str, engine: Any, handle: Any, d: Path, idle_s: float = IDLE_S) -> None:
+def serve(key: str, engine: Any, handle: Any, d: Path, token: str | None = None, idle: float | None = None) -> None:
     """Listen on the engine's socket; `handle(msg) -> reply` measures. Runs in the host process."""
+    idle = idle_s() if idle is None else idle
     path = _sock(d, key)
-    path.unlink(missing_ok=True)
+    _remove_host_files_sock_only(path)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(str(path))
     os.chmod(path, 0o600)
     srv.listen(8)
-    srv.settimeout(idle_s)
+    srv.settimeout(idle)
     try:
         while True:
             try:
                 conn, _ = srv.accept()
             except TimeoutError:
-                print(f"engine {key}: idle for {idle_s:g} s, exiting", flush=True)
+                print(f"engine {key}: idle for {idle:g} s, exiting", flush=True)
                 return
             with conn:
                 conn.settimeout(None)
@@ -127,9 +329,9 @@ def serve(key: str, engine: Any, handle: Any, d: Path, idle_s: float = IDLE_S) -
                     msg = _recv(conn)
                 except (ConnectionError, ValueError):
                     continue
-                op = msg.get("op")
+                op = msg.get("op") if isinstance(msg, dict) else None
                 if op == "ping":
-                    reply = {"ok": True, "key": key, "pid": os.getpid(), "measured": engine.measured}
+                    reply = {"ok": True, "key": key, "pid": os.getpid(), "token": token, "measured": engine.measured}
                 elif op == "stop":
                     _try_send(conn, {"ok": True, "stopping": True})
                     print(f"engine {key}: stop requested", flush=True)
@@ -140,6 +342,7 @@ def serve(key: str, engine: Any, handle: Any, d: Path, idle_s: float = IDLE_S) -
                     except BaseException as exc:  # the cell fails; the host goes on unless the engine is broken
                         reply = {
                             "ok": False,
+                            "stale": isinstance(exc, StaleHostError),
                             "error_type": type(exc).__name__,
                             "message": " ".join(str(exc).split())[:2000],
                             "traceback_tail": traceback.format_exc().strip().splitlines()[-8:],
@@ -153,7 +356,15 @@ def serve(key: str, engine: Any, handle: Any, d: Path, idle_s: float = IDLE_S) -
                 _try_send(conn, reply)
     finally:
         srv.close()
-        path.unlink(missing_ok=True)
+        _remove_host_files_sock_only(path)
+
+
+def _remove_host_files_sock_only(path: Path) -> None:
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _engine_dead(exc: BaseException) -> bool:
@@ -171,41 +382,45 @@ def _try_send(conn: socket.socket, obj: Any) -> None:
 
 
 @contextmanager
-def _manager_lock(d: Path) -> Iterator[None]:
-    fd = os.open(d / "manager.lock", os.O_CREAT | os.O_RDWR, 0o600)
+def _manager_lock(d: Path, wait_s: float | None = None) -> Iterator[bool]:
+    """The folder's lock (spawns and stops one at a time). With `wait_s`, give up after that long and go on
+    without it (yields False): stopping proven hosts needs no lock, and the workflow's end must not wait an
+    engine start for it."""
+    fd = os.open(d / "manager.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        held = True
+        if wait_s is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        held = False
+                        break
+                    time.sleep(0.1)
+        yield held
     finally:
         os.close(fd)
 
 
-def live_hosts(d: Path) -> dict[str, dict[str, Any]]:
-    """key -> record of every host whose process is alive (busy or idle: a busy host does not answer a ping
-    until its measurement ends, so liveness is its pid, not a ping); dead hosts' files are removed."""
-    out = {}
-    for rec_path in sorted(d.glob("*.json")):
-        rec = _read_record(rec_path)
-        if _pid_alive(rec.get("pid")):
-            out[rec_path.stem] = rec
-        else:
-            rec_path.unlink(missing_ok=True)
-            _sock(d, rec_path.stem).unlink(missing_ok=True)
-    for sock_path in d.glob("*.sock"):
-        if sock_path.stem not in out:
-            sock_path.unlink(missing_ok=True)
-    return out
-
-
-def _read_record(path: Path) -> dict[str, Any]:
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """A host record (a JSON object of RECORD_FORMAT in a regular file of this user), or None."""
+    text = _read_private(path)
+    if text is None:
+        return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+        rec = json.loads(text)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) and rec.get("format") == RECORD_FORMAT else None
 
 
 def _pid_alive(pid: Any) -> TypeGuard[int]:
-    if not isinstance(pid, int) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
         os.kill(pid, 0)
@@ -213,27 +428,97 @@ def _pid_alive(pid: Any) -> TypeGuard[int]:
         return False
     except PermissionError:
         return True
+    except OverflowError:
+        return False
     try:  # a zombie (exited, not yet reaped by its parent) is not alive
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
 
 
-def stop_host(d: Path, key: str, wait_s: float = START_TIMEOUT_S) -> None:
-    """Ask a host to exit (it finishes the measurement in flight first) and wait for its process to end."""
-    pid = _read_record(_record(d, key)).get("pid")
+def is_host(rec: dict[str, Any]) -> bool:
+    """The record's process is alive, runs as this user and is the engine host the record names: its
+    command line holds `engine-host`, the record's key and its random token (a record naming any other
+    process, planted or left behind by a pid since reused, proves nothing and gets no signal)."""
+    pid, token, key = rec.get("pid"), rec.get("token"), rec.get("key")
+    if not (isinstance(token, str) and TOKEN.fullmatch(token) and isinstance(key, str) and KEY.fullmatch(key)):
+        return False
+    if not _pid_alive(pid):
+        return False
     try:
-        request(_sock(d, key), {"op": "stop"}, timeout=wait_s)
-    except (OSError, ConnectionError, ValueError):
+        if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+            return False
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    pairs = set(zip(argv, argv[1:], strict=False))
+    return b"engine-host" in argv and (b"--token", token.encode()) in pairs and (b"--key", key.encode()) in pairs
+
+
+def live_hosts(d: Path, prune: bool = True) -> dict[str, dict[str, Any]]:
+    """key -> record of every host of this folder whose process is alive and proven (busy or idle: a busy
+    host does not answer a ping until its measurement ends, so liveness is its process, not a ping). With
+    `prune`, the records and sockets of hosts that are gone are removed (only those: see _remove_host_files)."""
+    out = {}
+    try:
+        names = sorted(os.listdir(d))
+    except OSError:
+        return {}
+    for name in names:
+        stem, dot, ext = name.partition(".")
+        if not KEY.fullmatch(stem) or ext != "json":
+            continue
+        rec = _read_record(d / name)
+        if rec is not None and rec.get("key") == stem and is_host(rec):
+            out[stem] = rec
+        elif prune and rec is not None:
+            _remove_host_files(d, stem)
+    if prune:
+        for name in names:
+            stem, _, ext = name.partition(".")
+            if KEY.fullmatch(stem) and ext == "sock" and stem not in out:
+                _remove_host_files_sock_only(d / name)
+    return out
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal a host and the processes it started (it leads its own session: spawned with
+    start_new_session), or only the host if it does not lead a group."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop_host(d: Path, key: str, wait_s: float | None = None) -> None:
+    """Ask a host to exit (it finishes the measurement in flight first) and wait for its process to end; a
+    host still starting (no socket yet) is ended by signal. Only a proven host is ever signalled."""
+    wait_s = start_timeout_s() if wait_s is None else wait_s
+    rec = _read_record(_record(d, key))
+    if rec is None or rec.get("key") != key or not is_host(rec):
+        _remove_host_files(d, key)
+        return
+    pid = rec["pid"]
+    asked = False
+    if os.path.exists(_sock(d, key)):
+        try:
+            asked = bool(request(_sock(d, key), {"op": "stop"}, timeout=wait_s).get("ok"))
+        except (OSError, ConnectionError, ValueError):
+            pass
+    if not asked:  # starting (no socket yet) or not answering: SIGTERM, then SIGKILL after a grace period
+        _signal_group(pid, signal.SIGTERM)
+        wait_s = min(wait_s, TERM_GRACE_S)
     deadline = time.monotonic() + wait_s
-    while _pid_alive(pid) and time.monotonic() < deadline:
+    while is_host(rec) and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.1)
-    if _pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
-    _sock(d, key).unlink(missing_ok=True)
-    _record(d, key).unlink(missing_ok=True)
+    if is_host(rec):
+        _signal_group(pid, signal.SIGKILL)
+        _reap(pid)
+    _remove_host_files(d, key)
 
 
 def _reap(pid: Any) -> None:
@@ -243,43 +528,72 @@ def _reap(pid: Any) -> None:
         pass
 
 
-def stop_all(d: Path | None = None) -> list[str]:
+def stop_all(d: Path | None = None, run_id: int | None = None, run: str | None = None) -> list[str]:
+    """Stop the hosts of this folder; with `run_id` and `run`, only those of that run which the scheduler of
+    that pid spawned or which no live scheduler owns (a SLURM job's own Snakemake, a killed run): the
+    workflow's end never stops, nor waits for, the hosts of another run."""
     d = d or engine_dir()
-    with _manager_lock(d):
-        keys = sorted(live_hosts(d))
-        for key in keys:
+    hosts = live_hosts(d, prune=False)
+    mine = sorted(k for k, r in hosts.items() if (run_id is None and run is None) or _yours(r, run, run_id))
+    if not mine:
+        return []
+    with _manager_lock(d, wait_s=5.0):
+        for key in mine:
             stop_host(d, key)
-    return keys
+    return mine
 
 
-def _failed(d: Path, key: str) -> Path:
-    return d / f"{key}.failed"
+def _yours(rec: dict[str, Any], run: str | None, run_id: int | None) -> bool:
+    """A host a cell of `run` (scheduled by `run_id`) may stop or take over: one of the same run whose
+    scheduler is this one, or gone (a killed run's host), or none (a cell run by hand)."""
+    if rec.get("run") != run:
+        return False
+    owner = rec.get("run_id")
+    return owner == run_id or owner is None or not _pid_alive(owner)
 
 
-def ensure_host(key: str, argv: list[str], log_path: Path, d: Path, run_id: int | None = None) -> dict[str, Any]:
-    """The running host for `key`, spawned (after stopping any other host) when there is none.
-    Returns {"spawned": bool, "spawned_at": epoch, "pid": int}.
+def ensure_host(
+    key: str,
+    argv: list[str],
+    log_path: Path,
+    d: Path,
+    run_id: int | None = None,
+    run: str | None = None,
+    replace: bool = False,
+) -> dict[str, Any]:
+    """The running host for `key`, spawned (after stopping the other hosts of the same run) when there is
+    none. Returns {"spawned": bool, "spawned_at": epoch, "pid": int}.
 
     An engine whose start failed is not started again by the same workflow run (`run_id`: the scheduler's
     pid): its other cells fail at once with the same message (a preflight of a cell that cannot start costs
-    one start, not one per workload). A new run tries again."""
+    one start, not one per workload). A new run tries again. An interrupt (Ctrl-C) during the start ends the
+    starting host before it propagates. `replace`: the running host of `key` refused a cell as started for
+    other settings (StaleHostError): stop it and spawn a new one."""
+    check_knobs()
+    timeout = start_timeout_s()
     with _manager_lock(d):
         memo = _failed(d, key)
-        if run_id is not None and memo.is_file():
+        if run_id is not None:
+            text = _read_private(memo)
             try:
-                rec = json.loads(memo.read_text())
-            except (OSError, ValueError):
+                rec = json.loads(text) if text is not None else {}
+            except ValueError:
                 rec = {}
-            if rec.get("run_id") == run_id:
+            if isinstance(rec, dict) and rec.get("run_id") == run_id:
                 again = "not retried in this run: "
                 raise EngineStartError(again + str(rec.get("message")), again + str(rec.get("reason")))
         hosts = live_hosts(d)
+        if replace and key in hosts:
+            stop_host(d, key)
+            del hosts[key]
         if key in hosts:
             rec = hosts[key]
+            if rec.get("run_id") != run_id and _yours(rec, run, run_id):  # take over a killed run's host
+                _write_private(_record(d, key), json.dumps(rec | {"run_id": run_id}))
             # a host still starting its engine (spawned by a job that was killed) has no socket yet: wait for it
-            deadline = time.monotonic() + START_TIMEOUT_S
+            deadline = time.monotonic() + timeout
             while not _sock(d, key).exists() and time.monotonic() < deadline:
-                if not _pid_alive(rec.get("pid")):
+                if not is_host(rec):
                     reason = _last_line(Path(rec.get("log") or d / "none"))
                     raise EngineStartError(
                         f"engine {key}: the engine host (pid {rec.get('pid')}) exited before it was ready: {reason}",
@@ -287,38 +601,88 @@ def ensure_host(key: str, argv: list[str], log_path: Path, d: Path, run_id: int 
                     )
                 time.sleep(0.2)
             return {"spawned": False, "spawned_at": rec.get("spawned_at"), "pid": rec["pid"]}
-        for other in hosts:
-            stop_host(d, other)
+        for other, rec in hosts.items():
+            if _yours(rec, run, run_id):
+                stop_host(d, other)
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(16)
         spawned_at = time.time()
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                argv,
+                [*argv, "--token", token],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                env=_host_env(),
             )
-        rec = {"key": key, "pid": proc.pid, "spawned_at": spawned_at, "log": str(log_path)}
-        _record(d, key).write_text(json.dumps(rec))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                _record(d, key).unlink(missing_ok=True)
-                reason = _last_line(log_path)
-                message = (
-                    f"engine {key}: the engine host exited with code {proc.returncode} before it "
-                    f"was ready: {reason} (log: {log_path})"
-                )
-                if run_id is not None:
-                    memo.write_text(json.dumps({"run_id": run_id, "message": message, "reason": reason}))
-                raise EngineStartError(message, reason)
-            if _sock(d, key).exists() and ping(_sock(d, key)):
-                return {"spawned": True, "spawned_at": spawned_at, "pid": proc.pid}
-            time.sleep(0.2)
-        stop_host(d, key)
-        raise SpecsweepError(f"engine {key}: not ready after {START_TIMEOUT_S:g} s (log: {log_path})")
+        rec = {
+            "format": RECORD_FORMAT,
+            "key": key,
+            "pid": proc.pid,
+            "token": token,
+            "spawned_at": spawned_at,
+            "log": str(log_path),
+            "run": run,
+            "run_id": run_id,
+        }
+        try:
+            _write_private(_record(d, key), json.dumps(rec))
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    _remove_host_files(d, key)
+                    reason = _last_line(log_path)
+                    message = (
+                        f"engine {key}: the engine host exited with code {proc.returncode} before it "
+                        f"was ready: {reason} (log: {log_path})"
+                    )
+                    if run_id is not None:
+                        _write_private(memo, json.dumps({"run_id": run_id, "message": message, "reason": reason}))
+                    raise EngineStartError(message, reason)
+                if _sock(d, key).exists():
+                    answer = ping(_sock(d, key))
+                    if answer and answer.get("token") == token:
+                        return {"spawned": True, "spawned_at": spawned_at, "pid": proc.pid}
+                time.sleep(0.2)
+        except BaseException as exc:
+            if proc.poll() is None:
+                _end_child(proc)
+                _remove_host_files(d, key)
+                if isinstance(exc, KeyboardInterrupt):
+                    raise KeyboardInterrupt(
+                        f"engine {key}: interrupted during the engine start; its host (pid {proc.pid}) was ended"
+                    ) from None
+            raise
+        _end_child(proc)
+        _remove_host_files(d, key)
+        raise SpecsweepError(
+            f"engine {key}: not ready after {timeout:g} s (SPECSWEEP_ENGINE_START_TIMEOUT_S; log: {log_path})"
+        )
+
+
+def _host_env() -> dict[str, str]:
+    """The host's environment: this one, with this very specsweep package first on the import path (the host
+    must speak the protocol of the cell job that spawns it, not that of another installed copy)."""
+    here = str(Path(__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH", "")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([here, path]) if path else here)
+
+
+def _end_child(proc: subprocess.Popen[bytes]) -> None:
+    """End a host this process spawned (its own child: the pid cannot have been reused), and its processes:
+    SIGTERM, then SIGKILL after a grace period. A second Ctrl-C does not cut this short."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _last_line(path: Path) -> str:
@@ -341,6 +705,8 @@ def measure_via_host(key: str, msg: dict[str, Any], d: Path) -> dict[str, Any]:
     except (OSError, ConnectionError, ValueError) as exc:
         raise SpecsweepError(f"engine {key}: lost the engine host during the measurement ({exc})") from None
     if not reply.get("ok"):
+        if reply.get("stale"):
+            raise StaleHostError(str(reply.get("message")))
         raise SpecsweepError(f"{reply.get('error_type')}: {reply.get('message')}")
     return reply["doc"]
 

@@ -27,11 +27,38 @@ RESERVED_ENV = {
     "SPECSWEEP_SLOT_DIR": "it describes the node: export it in the shell that runs the workflow",
     "SPECSWEEP_SLOT_TIMEOUT_S": "it describes the node: export it in the shell that runs the workflow",
 }
+#: The config's `env` is an allowlist: the variables a study of vLLM's engines needs, and nothing that chooses
+#: which code runs (a config is data: LD_PRELOAD, PYTHONPATH or PATH there would run anything in every engine
+#: process). VLLM_* are vLLM's settings (VLLM_PLUGINS, VLLM_USE_V2_MODEL_RUNNER, VLLM_ENABLE_V1_MULTIPROCESSING,
+#: VLLM_ALLOW_LONG_MAX_MODEL_LEN, ...); ARCTIC_INFERENCE_* switches the Arctic Inference plugin (ARCTIC_INFERENCE_
+#: ENABLED); PYTORCH_* is PyTorch's allocator (PYTORCH_CUDA_ALLOC_CONF); NCCL_* and TORCH_NCCL_* tune the
+#: collectives of multi-GPU engines; CUDA_DEVICE_ORDER orders the GPUs the slots hand out; OMP_NUM_THREADS and
+#: MKL_NUM_THREADS size the CPU engine's thread pools; TOKENIZERS_PARALLELISM, HF_HUB_OFFLINE and
+#: TRANSFORMERS_OFFLINE keep the tokenizer quiet and the Hub unasked (the models are fetched first).
+ENV_PREFIXES = ("VLLM_", "ARCTIC_INFERENCE_", "PYTORCH_", "NCCL_", "TORCH_NCCL_")
+ENV_NAMES = frozenset(
+    {
+        "CUDA_DEVICE_ORDER",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "TOKENIZERS_PARALLELISM",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+    }
+)
+ENV_ALLOWED = ", ".join([f"{p}*" for p in ENV_PREFIXES] + sorted(ENV_NAMES))
+#: Within the allowed families, the variables that name code to load: a shared library (VLLM_*_SO_PATH,
+#: VLLM_CUDA_COMPATIBILITY_PATH, NCCL's *_PLUGIN), a program (VLLM_RUST_FRONTEND_PATH) or a logging config,
+#: whose handlers may call any installed function (VLLM_LOGGING_CONFIG_PATH).
+ENV_CODE = re.compile(
+    r"VLLM_\w*SO_PATH|VLLM_(CUDA_COMPATIBILITY_PATH|RUST_FRONTEND_PATH|LOGGING_CONFIG_PATH)|(TORCH_)?NCCL_\w*PLUGIN\w*"
+)
 MAX_MODEL_CONFIG_BYTES = 16 * 1024 * 1024
 
 
 def check_env(env: Any, where: str = "config: env") -> None:
-    """The config's `env`: valid names (`[A-Za-z_][A-Za-z0-9_]*`), string values without NUL, no reserved key."""
+    """The config's `env`: valid names (`[A-Za-z_][A-Za-z0-9_]*`) from the allowlist (ENV_PREFIXES, ENV_NAMES;
+    none that loads code, ENV_CODE), string values without NUL, no reserved key."""
     if not isinstance(env, Mapping):
         raise SpecsweepError(f"{where}: must be a mapping of NAME: value, got {type(env).__name__}")
     for name, value in env.items():
@@ -39,6 +66,16 @@ def check_env(env: Any, where: str = "config: env") -> None:
             raise SpecsweepError(f"{where}: {str(name)[:60]!r} is not a valid environment variable name")
         if name in RESERVED_ENV:
             raise SpecsweepError(f"{where}.{name}: may not be set in the config: {RESERVED_ENV[name]}")
+        if not (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
+            raise SpecsweepError(
+                f"{where}.{name}: may not be set in the config: it takes only the engine's settings ({ENV_ALLOWED}); "
+                "LD_*, PYTHON*, PATH and the like choose which code runs (export them in the shell if you mean it)"
+            )
+        if ENV_CODE.fullmatch(name):
+            raise SpecsweepError(
+                f"{where}.{name}: may not be set in the config: it names code to load (a library, a program or a "
+                "logging config); export it in the shell if you mean it"
+            )
         if not isinstance(value, str):
             raise SpecsweepError(f"{where}.{name}: the value must be a string, got {type(value).__name__} (quote it)")
         if "\x00" in value:

@@ -177,8 +177,13 @@ def informative_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {pick}"
 
 
-def run_engine_host(study: Study, cell: Cell, repeat: int, model_path: str | None, key: str) -> None:
-    """The engine host process: start the engine, then measure what cell jobs ask for."""
+def run_engine_host(
+    study: Study, cell: Cell, repeat: int, model_path: str | None, key: str, token: str | None = None
+) -> None:
+    """The engine host process: start the engine, then measure what cell jobs ask for, each only if the
+    cell's settings here (the config as it was read when this host started) are those the cell job has now."""
+    enginehost.check_knobs()
+    d = enginehost.engine_dir()  # the folder and its socket path are checked before the engine start
     model = resolve_model(study, cell, model_path)
     engine = Engine(study, cell, model, repeat)
     if engine.key != key:
@@ -192,7 +197,19 @@ def run_engine_host(study: Study, cell: Cell, repeat: int, model_path: str | Non
     print(f"engine {key}: ready in {engine.import_s:.1f} s import + {engine.engine_start_s:.1f} s start", flush=True)
 
     def handle(msg: dict[str, Any]) -> dict[str, Any]:
-        c = study.cell(cell.model, msg["workload"], cell.config)
+        label = f"{cell.model}/{msg.get('workload')}/{cell.config}"
+        try:
+            c = study.cell(cell.model, str(msg["workload"]), cell.config)
+        except (KeyError, SpecsweepError):
+            raise enginehost.StaleHostError(
+                f"engine {key}: its config (as read at its start) has no cell {label}"
+            ) from None
+        have, want = sha256_obj(study.cell_settings(c)), msg.get("settings_sha256")
+        if have != want:
+            raise enginehost.StaleHostError(
+                f"engine {key}: started for other settings of {label} (settings sha256 {have[:12]}, "
+                f"asked for {str(want)[:12]}): the config changed since this host started"
+            )
         wl_path = Path(msg["workload_file"])
         r = int(msg.get("repeat", repeat))
         if study.engine_repeat(r) != study.engine_repeat(repeat):
@@ -201,7 +218,7 @@ def run_engine_host(study: Study, cell: Cell, repeat: int, model_path: str | Non
         doc = build_doc(study, c, r, wl_path, engine, raw)
         return doc
 
-    enginehost.serve(key, engine, handle, enginehost.engine_dir())
+    enginehost.serve(key, engine, handle, d, token)
 
 
 #: Tokens a prompt may hold beyond its UTF-8 bytes plus its chat template's text: BOS/EOS and the like. A
@@ -310,6 +327,7 @@ def run_cell(
         if reuse:
             if config_path is None:
                 raise SpecsweepError("run-cell: engine reuse needs the config file path")
+            enginehost.check_knobs()
             d = enginehost.engine_dir()
             log = Path(log_path).with_name(f"engine-{ekey}.log") if log_path else d / f"{ekey}.log"
             argv = enginehost.host_argv(
@@ -320,19 +338,32 @@ def run_cell(
                 model if Path(model).is_dir() else None,
                 ekey,
             )
+            # the host measures this cell only with the settings it has now (sampling included): a host started
+            # for other settings (the config changed since) refuses, and is replaced by one started for these
+            settings_sha256 = sha256_obj(study.cell_settings(cell))
+            msg = {
+                "op": "measure",
+                "workload": cell.workload,
+                "repeat": key.repeat,
+                "workload_file": str(Path(workload_path).resolve()),
+                "settings_sha256": settings_sha256,
+            }
             t0 = time.time()
-            host = enginehost.ensure_host(ekey, argv, log, d, run_id=watch_pid)
+            host = enginehost.ensure_host(ekey, argv, log, d, run_id=watch_pid, run=study.run)
             wait_s = time.time() - t0
-            doc = enginehost.measure_via_host(
-                ekey,
-                {
-                    "op": "measure",
-                    "workload": cell.workload,
-                    "repeat": key.repeat,
-                    "workload_file": str(Path(workload_path).resolve()),
-                },
-                d,
-            )
+            try:
+                doc = enginehost.measure_via_host(ekey, msg, d)
+            except enginehost.StaleHostError as exc:
+                print(f"{exc}; stopping it and starting one for the config as it is now", flush=True)
+                t0 = time.time()
+                host = enginehost.ensure_host(ekey, argv, log, d, run_id=watch_pid, run=study.run, replace=True)
+                wait_s += time.time() - t0
+                doc = enginehost.measure_via_host(ekey, msg, d)
+            if doc.get("config_sha256") != settings_sha256:
+                raise SpecsweepError(
+                    f"engine {ekey}: measured {key.label} with settings {str(doc.get('config_sha256'))[:12]}, "
+                    f"not this config's {settings_sha256[:12]}"
+                )
             doc["engine"] |= {
                 "host_pid": host["pid"],
                 "spawned_at": host["spawned_at"],
@@ -394,7 +425,7 @@ def _write_failure(
         "config": key.config,
         "repeat": key.repeat,
         "error_type": type(exc).__name__,
-        "message": " ".join(str(exc).split())[:2000],
+        "message": _message(exc),
         "traceback_tail": traceback.format_exc().strip().splitlines()[-5:],
         "log": log_path,
         "host": socket.gethostname(),
@@ -405,6 +436,18 @@ def _write_failure(
         atomic_write_json(fail_path, record)
     except OSError as write_exc:  # disk full or read-only: say so on stderr, in one line
         print(f"specsweep: error: cannot write failure record {fail_path}: {write_exc}", flush=True)
+
+
+def _message(exc: BaseException) -> str:
+    """The failure's one-line message; never empty (a bare Ctrl-C or SIGTERM says so)."""
+    text = " ".join(str(exc).split())[:2000]
+    if text:
+        return text
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (SIGINT, Ctrl-C)"
+    if isinstance(exc, SystemExit):
+        return f"exited with code {exc.code}"
+    return f"{type(exc).__name__} (no message)"
 
 
 def _snakemake_version() -> str | None:
