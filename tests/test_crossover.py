@@ -113,10 +113,10 @@ def test_rows_pair_per_drafter_from_per_repeat_values():
         theirs = [base[b] * f for f in (1.0, 0.995, 1.005)]
         sp, lo, hi = stats.ratio_ci(mine, theirs)
         rows.append(
-            {"model": "m", "workload": "code", "config": "ngram", "concurrency": b, "status": "ok", "n": 3,
+            {"model": "m", "workload": f"code@b{b}", "config": "ngram", "concurrency": b, "status": "ok", "n": 3,
              "n_baseline": 3, "speedup": sp, "speedup_lo": lo, "speedup_hi": hi, "verdict": stats.verdict(sp, lo, hi)}
         )  # fmt: skip
-    rows.append(dict(rows[0], concurrency=None, speedup=0.5))
+    rows.append(dict(rows[0], workload="code", concurrency=None, speedup=0.5))
     rows.append(dict(rows[0], config="suffix", speedup=None, status="missing"))
     out = crossover_rows(rows)
     assert [(r["model"], r["workload"], r["step"]) for r in out] == [("m", "code", "ngram"), ("m", "code", "suffix")]

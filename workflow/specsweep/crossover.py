@@ -18,8 +18,8 @@ when lo(b) <= 1 already at the smallest b, the upper end when hi(b) >= 1 still a
 
 Notes say which case a curve is: ``pays at every measured b`` (every verdict faster: b* above the largest
 b, b_star_lo = that b), ``costs at every measured b`` (every verdict slower: b* below the smallest b, if
-anywhere, b_star_hi = that b), ``crosses 1 ...`` (b* found), ``rises through 1 ...`` (the other way:
-costs at low b, pays at high b) or ``undecided (...)``.
+anywhere, b_star_hi = that b; at b = 1 already: no b*), ``crosses 1 ...`` (b* found), ``rises through 1
+...`` (the other way: costs at low b, pays at high b) or ``undecided (...)``.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def crossover(points: Iterable[Point]) -> Crossover:
     if all(v.startswith("faster") for v in verdicts):
         return Crossover(None, float(bs[-1]), None, n, f"pays at every measured b ({span}): b* above {bs[-1]}")
     if all(v.startswith("slower") for v in verdicts):
-        note = f"costs at every measured b ({span}): b* below {bs[0]}, if any"
+        where = "even one request at a time: no b*" if bs[0] == 1 else f"b* below {bs[0]}, if any"
+        note = f"costs at every measured b ({span}): {where}"
         return Crossover(None, None, float(bs[0]), n, note)
     star = _falls(xs, sp)
     if star is None:
@@ -142,6 +143,12 @@ def crossover(points: Iterable[Point]) -> Crossover:
     return Crossover(_b(star), b_lo, b_hi, n, note)
 
 
+def base_workload(workload: str, b: int | None) -> str:
+    """The config's workload of a cell's workload name: `code` for `code@b8` (the name of `code` measured at
+    b = 8, see paths.py), the name itself for a cell without a concurrency."""
+    return workload if b is None else workload.removesuffix(f"@b{b}")
+
+
 def crossover_rows(speedup_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """crossover.parquet's rows from speedup.parquet's: one per (model, workload, drafter step) measured at a
     concurrency (rows whose ``concurrency`` is null, the all-at-once point, are not on the b axis)."""
@@ -149,7 +156,7 @@ def crossover_rows(speedup_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any
     for s in speedup_rows:
         if s.get("concurrency") is None:
             continue
-        key = (s["model"], s["workload"], s["config"])
+        key = (s["model"], base_workload(s["workload"], s["concurrency"]), s["config"])
         pts = curves.setdefault(key, [])
         if s.get("speedup") is None or s.get("status") not in ("ok", "partial"):
             continue
