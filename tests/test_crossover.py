@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -123,3 +124,49 @@ def test_rows_pair_per_drafter_from_per_repeat_values():
     assert set(out[0]) == {name for name, _ in CROSSOVER_COLUMNS}
     assert 8 < out[0]["b_star"] < 64 and out[0]["n"] == 3
     assert out[1]["b_star"] is None and out[1]["n"] == 0 and out[1]["note"].startswith("undecided")
+
+
+def _xrow(model, workload, step, points):
+    c = crossover(points)
+    return {"model": model, "workload": workload, "step": step, "b_star": c.b_star, "b_star_lo": c.b_star_lo,
+            "b_star_hi": c.b_star_hi, "n": c.n, "note": c.note}  # fmt: skip
+
+
+def test_claim_c9_from_constructed_crossovers():
+    import yaml
+
+    from conftest import ROOT
+    from specsweep import claims
+    from specsweep.config import build_study
+
+    study = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
+    model = next(iter(study.models))
+    closed = _xrow(model, "code", "ngram", _curve([1, 4, 16, 64], [2.0, 1.5, 1.2, 0.8]))
+    open_hi = _xrow(model, "chat", "ngram", _curve([1, 8, 64], [1.6, 1.3, 0.95], width=0.2))
+    pays = _xrow(model, "chat", "suffix", _curve([1, 8, 64], [3.0, 2.0, 1.3]))
+    costs_at_1 = _xrow(model, "sonnet", "ngram", _curve([1, 8, 64], [0.7, 0.6, 0.5]))
+    costs_from_8 = _xrow(model, "sonnet", "suffix", _curve([8, 64], [0.7, 0.5]))
+    assert claims.decide_c9(study, [closed])["verdict"] == "confirmed"
+    assert claims.decide_c9(study, [closed, open_hi])["verdict"] == "undecided"
+    assert claims.decide_c9(study, [closed, pays])["verdict"] == "undecided"
+    assert claims.decide_c9(study, [closed, costs_from_8])["verdict"] == "undecided"
+    c9 = claims.decide_c9(study, [closed, costs_at_1])
+    assert c9["id"] == "C9" and c9["verdict"] == "refuted"
+    assert f"{model}/code/ngram: b* 32.0 [" in c9["evidence"] and "even one request at a time" in c9["evidence"]
+    assert claims.decide_c9(study, [])["verdict"] == claims.NOT_COVERED
+    # random-weight models never decide it (their acceptance is not a real model's)
+    dummy = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
+    dummy.models[model] = dataclasses.replace(dummy.models[model], weights="dummy")
+    assert claims.decide_c9(dummy, [closed])["verdict"] == claims.NOT_COVERED
+
+
+def test_readme_sentence_names_b_star_or_the_case():
+    from specsweep.crossover import sentence
+
+    rows = [
+        _xrow("m", "code", "ngram", _curve([1, 4, 16, 64], [2.0, 1.5, 1.2, 0.8])),
+        _xrow("m", "chat", "ngram", _curve([1, 8, 64], [3.0, 2.0, 1.3])),
+    ]
+    text = sentence(rows, "vanilla")
+    assert "m/code/ngram b* = 32 [" in text and "m/chat/ngram pays at every measured b" in text
+    assert text.startswith("Against vanilla at the same concurrency b") and text.endswith(".")
