@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from conftest import DELETE, set_key
-from specsweep.config import build_study, check_gpu_budget
+from specsweep.config import Cell, build_study, check_gpu_budget
 from specsweep.errors import SpecsweepError
 
 
@@ -87,13 +87,36 @@ BAD = [
         "ladder.trident.compilation.cudagraph_mode: 'SOMETIMES' is not one of",
     ),
     ("corpus", _DELETE, "'corpus' is a required property"),
+    # concurrency: b requests in flight, each a positive integer that fits the engine and the workload
+    ("workloads.code.concurrency", [1, 0], "workloads.code.concurrency[1]: must be in [1, 1000000], got 0"),
+    ("workloads.code.concurrency", [-4], "workloads.code.concurrency[0]: must be in [1, 1000000], got -4"),
+    ("workloads.code.concurrency", [1, 2.5], "workloads.code.concurrency[1]: must be an integer, got 2.5"),
+    ("workloads.code.concurrency", ["8"], "workloads.code.concurrency[0]: '8' is not of type 'integer'"),
+    ("workloads.code.concurrency", 8, "workloads.code.concurrency: 8 is not of type 'array'"),
+    ("workloads.code.concurrency", [4, 4], "workloads.code.concurrency: [4, 4] has non-unique elements"),
+    (
+        "workloads.code.concurrency",
+        [1, 300],
+        "workloads.code.concurrency[1]: 300 requests in flight need at least 300 prompts, "
+        "the workload has num_prompts 256",
+    ),
+    (
+        "workloads.code.num_prompts",
+        512,
+        "workloads.code.concurrency[1]: 300 requests in flight exceed engine.max_num_seqs 256",
+        {"workloads.code.concurrency": [1, 300]},
+    ),
 ]
 
 
-@pytest.mark.parametrize("key,value,message", BAD, ids=[b[0] + "=" + str(b[1])[:20] for b in BAD])
-def test_bad_config_names_the_key(paper_cfg, key, value, message):
+@pytest.mark.parametrize("case", BAD, ids=[b[0] + "=" + str(b[1])[:20] for b in BAD])
+def test_bad_config_names_the_key(paper_cfg, case):
+    key, value, message = case[:3]
+    cfg = paper_cfg
+    for other, v in (case[3] if len(case) > 3 else {}).items():  # a key set first, to make `key` a bad one
+        cfg = _set(cfg, other, v)
     with pytest.raises(SpecsweepError) as err:
-        build_study(_set(paper_cfg, key, value))
+        build_study(_set(cfg, key, value))
     text = str(err.value)
     assert message in text
     assert "\n" not in text
@@ -111,3 +134,45 @@ def test_cell_listed_by_two_groups(paper_cfg):
     cfg["groups"]["extra"] = {"models": ["opt-125m"], "workloads": ["code"], "configs": ["ngram"]}
     with pytest.raises(SpecsweepError, match="groups.extra: cell opt-125m/code/ngram is also in group small"):
         build_study(cfg)
+
+
+def test_concurrency_adds_cells_and_keeps_the_default_ones(paper_cfg):
+    """`concurrency` adds the cells {workload}@b{b} beside the workload's own (all prompts at once), whose
+    paths and settings hashes do not change; one engine (model, ladder step, repeat) serves every b."""
+    from specsweep import paths
+    from specsweep.engine import engine_identity
+    from specsweep.jsonio import sha256_obj
+
+    before = build_study(copy.deepcopy(paper_cfg))
+    study = build_study(_set(paper_cfg, "workloads.code.concurrency", [1, 16, 256]))
+    assert len(study.cells) == 156 + 3 * len([c for c in before.cells if c.workload == "code"])
+    for cell in before.cells:
+        assert sha256_obj(study.cell_settings(cell)) == sha256_obj(before.cell_settings(cell))
+        assert "concurrency" not in study.cell_settings(cell)["workload"]
+    at = study.cell("opt-125m", "code@b16", "ngram")
+    assert (at.base_workload, at.concurrency) == ("code", 16)
+    assert study.cell_settings(at)["workload"] == before.cell_settings(Cell("opt-125m", "code", "ngram"))[
+        "workload"
+    ] | {"concurrency": 16}
+    assert study.cell_groups[at] == study.cell_groups[Cell("opt-125m", "code", "ngram")]
+    # the engine's identity leaves b out: the article-point cell and every b share one engine
+    ident = {engine_identity(study, study.cell("opt-125m", w, "ngram"), "m", 1)["kwargs"]["model"] for w in ["code"]}
+    assert ident == {"m"}
+    assert (
+        len(
+            {
+                sha256_obj(engine_identity(study, study.cell("opt-125m", w, "ngram"), "m", 1))
+                for w in ("code", "code@b1", "code@b16", "code@b256", "sonnet")
+            }
+        )
+        == 1
+    )
+    # paths: the default cell's is unchanged, b's has its own, and both parse back
+    key = paths.Key(study.run, "opt-125m", "code@b16", "ngram", 2)
+    path = paths.measurement("results", key)
+    assert path.as_posix() == f"results/{study.run}/cells/opt-125m/code@b16/ngram/r2.json"
+    assert paths.parse(path)[1] == key
+    assert paths.split_workload("code@b16") == ("code", 16) and paths.split_workload("code") == ("code", None)
+    # the schedule keeps every b of an engine adjacent to its workload's own cell
+    order = [c.workload for c, r in study.schedule() if (c.model, c.config, r) == ("opt-125m", "ngram", 1)]
+    assert order[order.index("code") : order.index("code") + 4] == ["code", "code@b1", "code@b16", "code@b256"]

@@ -62,5 +62,5 @@ rule fidelity:
         [
             f"results/{RUN}/fidelity/{c.model}/{c.workload}/{c.config}.json"
             for c in STUDY.cells
-            if c.config == STUDY.baseline
+            if c.config == STUDY.baseline and c.concurrency is None
         ],

@@ -156,7 +156,8 @@ def workload_file(wildcards) -> str:
     """The workload file a cell reads: its name carries the hash of everything it is made from, so a changed
     workload config gives a new file (made before any cell uses it), never a stale one.
     """
-    return f"results/{RUN}/workloads/{wildcards.workload}.{WORKLOAD_HASH[wildcards.workload]}.json"
+    name = paths.split_workload(wildcards.workload)[0]  # code@b8 reads code's prompts
+    return f"results/{RUN}/workloads/{name}.{WORKLOAD_HASH[name]}.json"
 
 
 # The report() function; a line that starts with `report` would be parsed as the directive.
@@ -238,7 +239,7 @@ def model_dir(wildcards) -> list[str]:
 
 def prepare_paths() -> list[str]:
     """The workload files and model folders of every cell (`snakemake prepare`)."""
-    workloads = sorted({c.workload for c in STUDY.cells})
+    workloads = sorted({c.base_workload for c in STUDY.cells})
     models = sorted({c.model for c in STUDY.cells})
     return [workload_file(SimpleNamespace(workload=w)) for w in workloads] + [
         d for m in models for d in model_dir(SimpleNamespace(model=m))
@@ -265,8 +266,8 @@ def cell_settings_hash(wildcards) -> str:
 
 
 def _workload_hash(name: str) -> str:
-    spec = STUDY.raw["workloads"][name]
-    parts = {p: STUDY.raw["workloads"][p] for p in (spec.get("parts") or {})}
+    spec = STUDY.workload_raw(name)
+    parts = {p: STUDY.workload_raw(p) for p in (spec.get("parts") or {})}
     return sha256_obj(
         [
             spec,
@@ -293,7 +294,7 @@ SCHEDULER_PID = os.getpid()
 wildcard_constraints:
     run=re.escape(RUN),
     model="|".join(map(re.escape, STUDY.models)),
-    workload="|".join(map(re.escape, STUDY.workloads)),
+    workload="|".join(map(re.escape, sorted({c.workload for c in STUDY.cells} | set(STUDY.workloads)))),
     config="|".join(map(re.escape, STUDY.ladder)),
     repeat="[1-9][0-9]*",
     whash="[0-9a-f]{12}",

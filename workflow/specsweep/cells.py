@@ -201,6 +201,7 @@ def _check(doc: dict[str, Any], fail: Fail) -> None:
         )
 
     _check_spec(doc["spec"], settings["ladder"]["speculative"], fail)
+    _check_requests(doc, prompts, fail)
     if "engine" in doc and "job" in doc:  # specsweep-cell/2
         _check_engine(doc, fail)
 
@@ -265,14 +266,42 @@ def _check_engine(doc: dict[str, Any], fail: Fail) -> None:
                 f"{steps['engine_steps'] - prefill}"
             )
         probe_s = timing.get("prefill_probe_s")
-        per_step = steps.get("decode_step_time_ms")
+        per_step = steps.get("decode_step_time_ms_probe", steps.get("decode_step_time_ms"))
         if per_step is not None and probe_s is not None and steps["decode_steps"] > 0:
             expected = 1000.0 * (timing["gen_wall_s"] - probe_s) / steps["decode_steps"]
             if not _close(per_step, expected):
                 fail(
-                    f"steps.decode_step_time_ms is {_fmt(per_step)}, but 1000 x (gen_wall_s - prefill_probe_s) / "
-                    f"decode_steps = {_fmt(expected)}"
+                    f"steps.decode_step_time_ms(_probe) is {_fmt(per_step)}, but 1000 x (gen_wall_s - "
+                    f"prefill_probe_s) / decode_steps = {_fmt(expected)}"
                 )
+    method = steps.get("decode_method")
+    if method is not None:
+        chosen = steps["decode_step_time_ms_timestamps" if method == "timestamps" else "decode_step_time_ms_probe"]
+        if chosen is None or steps["decode_step_time_ms"] is None or not _close(steps["decode_step_time_ms"], chosen):
+            fail(f"steps.decode_step_time_ms is {_fmt(steps['decode_step_time_ms'])}, not its {method} value")
+
+
+def _check_requests(doc: dict[str, Any], prompts: int, fail: Fail) -> None:
+    """The per-request block (optional): one entry per prompt, its tokens summing to the cell's; the concurrency
+    target is the settings' b."""
+    req = doc.get("requests")
+    if req is not None:
+        for name, values in req.items():
+            if values is not None and len(values) != prompts:
+                fail(f"requests.{name} has {len(values)} entries for {prompts} prompts")
+        if sum(req["output_tokens"]) != doc["tokens"]["output_tokens"]:
+            fail(
+                f"sum(requests.output_tokens) = {sum(req['output_tokens'])}, but tokens.output_tokens is "
+                f"{doc['tokens']['output_tokens']}"
+            )
+        if req["finish_order"] is not None and sorted(req["finish_order"]) != list(range(prompts)):
+            fail("requests.finish_order is not a ranking of the prompts")
+    conc = doc.get("concurrency")
+    if conc is not None and conc["target"] != doc["settings"]["workload"].get("concurrency"):
+        fail(
+            f"concurrency.target is {conc['target']}, but settings.workload.concurrency is "
+            f"{doc['settings']['workload'].get('concurrency')}"
+        )
 
 
 def _check_spec(spec: dict[str, Any] | None, speculative: dict[str, Any] | None, fail: Fail) -> None:

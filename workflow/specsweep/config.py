@@ -20,6 +20,7 @@ from .architectures import load_architecture, tp_problems
 from .errors import SpecsweepError
 from .fetch import hub_url, is_hub_id
 from .jsonio import JsonRefused, loads_strict
+from .paths import at_concurrency, split_workload
 from .preflight_checks import check_env
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
@@ -87,6 +88,16 @@ class Cell:
     def key(self) -> str:
         return f"{self.model}/{self.workload}/{self.config}"
 
+    @property
+    def base_workload(self) -> str:
+        """The config's workload this cell measures (`code` for the cell `code@b8`)."""
+        return split_workload(self.workload)[0]
+
+    @property
+    def concurrency(self) -> int | None:
+        """b, the requests kept in flight (workload `code@b8`), or None: all prompts submitted at once."""
+        return split_workload(self.workload)[1]
+
 
 @dataclass
 class Study:
@@ -98,6 +109,8 @@ class Study:
     ladder: dict[str, LadderStep] = field(default_factory=dict)
     cells: list[Cell] = field(default_factory=list)
     cell_groups: dict[Cell, str] = field(default_factory=dict)
+    #: workload -> the concurrencies b it is also measured at (config `workloads.<name>.concurrency`)
+    concurrency: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def run(self) -> str:
@@ -131,7 +144,7 @@ class Study:
 
     def cell_sampling(self, cell: Cell) -> dict[str, Any]:
         """The study's sampling with the workload's own temperature, if it sets one."""
-        temperature = self.workloads[cell.workload].temperature
+        temperature = self.workloads[cell.base_workload].temperature
         return dict(self.sampling) | ({} if temperature is None else {"temperature": temperature})
 
     @property
@@ -169,6 +182,11 @@ class Study:
             raise SpecsweepError(f"cell {c.key}: not part of run '{self.run}' (see its groups)")
         return c
 
+    def workload_raw(self, name: str) -> dict[str, Any]:
+        """A workload's config entry without its `concurrency` list: what makes its prompts and its default
+        cells (adding concurrencies to a workload changes neither its workload file nor those cells' hash)."""
+        return {k: v for k, v in self.raw["workloads"][name].items() if k != "concurrency"}
+
     def cell_settings(self, cell: Cell) -> dict[str, Any]:
         """Everything that defines how a cell runs: hashed into the cell's config_sha256."""
         model = self.models[cell.model]
@@ -181,9 +199,12 @@ class Study:
         if model.quantization:
             engine["quantization"] = model.quantization
         engine |= step.engine or {}
+        workload = self.workload_raw(cell.base_workload)
+        if cell.concurrency is not None:
+            workload["concurrency"] = cell.concurrency
         return {
             "model": {k: v for k, v in model.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)},
-            "workload": self.raw["workloads"][cell.workload],
+            "workload": workload,
             "ladder": {
                 "name": step.name,
                 "gpu_memory_utilization": step.gpu_memory_utilization,
@@ -678,8 +699,16 @@ def _check_workloads(study: Study, source: str) -> None:
                 f"{size // prompts} characters); at most {MAX_WORKLOAD_CHARS // 2**20} MiB: "
                 "fewer prompts or shorter ones"
             )
-        fields = {k: v for k, v in w.items() if k != "parts"}
+        fields = {k: v for k, v in w.items() if k not in ("parts", "concurrency")}
         study.workloads[name] = WorkloadSpec(name=name, parts=parts, **fields)
+        for i, b in enumerate(w.get("concurrency") or ()):
+            if b > w["num_prompts"]:
+                raise SpecsweepError(
+                    f"{source}: {key}.concurrency[{i}]: {b} requests in flight need at least {b} prompts, "
+                    f"the workload has num_prompts {w['num_prompts']}"
+                )
+        if w.get("concurrency"):
+            study.concurrency[name] = tuple(w["concurrency"])
 
 
 def _check_ladder(study: Study, source: str) -> None:
@@ -740,6 +769,19 @@ def _expand(study: Study, source: str) -> None:
                         )
                     study.cell_groups[cell] = gname
                     study.cells.append(cell)
+                    for i, b in enumerate(study.concurrency.get(w, ())):
+                        _check_concurrency(study, cell, b, f"{source}: workloads.{w}.concurrency[{i}]")
+                        at = Cell(m, at_concurrency(w, b), c)
+                        study.cell_groups[at] = gname
+                        study.cells.append(at)
+
+
+def _check_concurrency(study: Study, cell: Cell, b: int, where: str) -> None:
+    """b requests in flight must fit the engine's max_num_seqs (when the config sets it; else the engine checks
+    its own before the timed pass)."""
+    limit = study.cell_settings(cell)["engine"].get("max_num_seqs")
+    if limit is not None and b > limit:
+        raise SpecsweepError(f"{where}: {b} requests in flight exceed engine.max_num_seqs {limit}")
 
 
 def check_gpu_budget(study: Study, gpus: int | None) -> None:

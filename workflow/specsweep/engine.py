@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import metrics, slots, workloads
+from . import inflight, metrics, slots, workloads
 from .architectures import TOKENIZER_SUBDIR, engine_overrides, is_dummy, tokenizer_path
 from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
@@ -203,18 +203,29 @@ class Engine:
         self.memory_after_start = memory_snapshot(self.spec.tp)
 
     def measure(self, cell: Cell, workload_path: Path) -> dict[str, Any]:
-        """Reset, warm up, time one pass over the workload; then an untimed prefill probe. Returns raw data."""
+        """Reset, warm up, time one pass over the workload (all prompts at once, or b in flight for a cell at
+        concurrency b), recording each engine step; then an untimed prefill probe. Returns raw data."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
         if cell.model != self.identity["model"] or cell.config != self.config:
             raise SpecsweepError(
                 f"engine {self.key}: cannot measure {cell.key} (it serves {self.identity['model']}/*/{self.config})"
             )
         wl = workloads.load(workload_path)
-        if wl["name"] != cell.workload:
-            raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
+        if wl["name"] != cell.base_workload:
+            raise SpecsweepError(
+                f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.base_workload}'"
+            )
         llm, sampling = self.llm, self.study.cell_sampling(cell)
+        b = cell.concurrency
+        if b is not None:  # the config check knows only a configured max_num_seqs; this is vLLM's own
+            limit = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
+            if b > limit:
+                raise SpecsweepError(
+                    f"cell {cell.key}: {b} requests in flight exceed the engine's max_num_seqs {limit}"
+                )
         self.measured += 1
         position = self.measured
         method = self.study.ladder[self.config].method
@@ -230,6 +241,7 @@ class Engine:
                     top_p=sampling["top_p"],
                     ignore_eos=sampling["ignore_eos"],
                     max_tokens=max_tokens or it["max_tokens"],
+                    output_kind=RequestOutputKind.FINAL_ONLY,  # as LLM.generate sets it: one output per request
                 )
                 for it in items
             ]  # no per-request seed: the engine's seed makes runs repeatable
@@ -249,14 +261,21 @@ class Engine:
             llm.generate([TokensPrompt(prompt_token_ids=i) for i in warm_ids], params(wl["warmup"]), use_tqdm=False)
         warmup_s = time.perf_counter() - t1
 
+        prompts = [TokensPrompt(prompt_token_ids=i) for i in timed_ids]
         before = metrics.snapshot(llm.get_metrics())
-        with GpuSampler(self.spec.tp) as sampler:
+        steady: int | None = None
+        with GpuSampler(self.spec.tp) as sampler, inflight.StepObserver(llm.llm_engine.engine_core) as observer:
             t2 = time.perf_counter()
-            outs = llm.generate(
-                [TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"]), use_tqdm=False
-            )
+            if b is None:
+                outs = llm.generate(prompts, params(wl["prompts"]), use_tqdm=False)
+            else:
+                outs, _, steady = inflight.run_in_flight(
+                    llm.llm_engine, prompts, params(wl["prompts"]), b, lambda: len(observer.steps)
+                )
             gen_wall_s = time.perf_counter() - t2
         d = metrics.delta(before, metrics.snapshot(llm.get_metrics()))
+        request_ids = [str(o.request_id) for o in outs]
+        finish_order = inflight.finish_order_from_steps(observer.steps, request_ids)
 
         # The prefill probe: the same prompts, one token each, on an empty prefix cache (after the timed pass,
         # so that pass is untouched). Its steps and seconds are the prefill part of the timed pass.
@@ -290,4 +309,8 @@ class Engine:
             "position": position,
             "resets": resets,
             "effective": effective_settings(llm),
+            "concurrency": inflight.concurrency_block(observer.steps, b, steady),
+            "gen_steps": inflight.gen_steps(observer.steps, request_ids),
+            "finish_order": finish_order,
+            "decode": inflight.decode_phase(observer.steps),
         }

@@ -4,6 +4,10 @@ results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json      one measurem
 results/{run}/failures/{model}/{workload}/{config}/r{repeat}.json   its failure record, when it failed
 results/{run}/archive/{model}/{workload}/{config}/r{repeat}/{sha}.json   every measurement ever finished
 results/{run}/preflight/{model}/{workload}/{config}.json            a cell's preflight verdict
+
+A workload measured at a concurrency b (config `workloads.<name>.concurrency`) is its own cell, named
+`{workload}@b{b}` in every path above (results/{run}/cells/{model}/code@b8/ngram/r1.json); the workload at
+its default point (all prompts submitted at once) keeps the plain name, so its paths never change.
 """
 
 from __future__ import annotations
@@ -17,10 +21,27 @@ from .errors import SpecsweepError
 #: The Snakemake output pattern of one measurement (wildcards run, model, workload, config, repeat).
 MEASUREMENT = "results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json"
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+#: The suffix of a workload measured at concurrency b: `@b{b}` ('@' is never part of a config name).
+_AT = r"@b[1-9][0-9]{0,6}"
+_WORKLOAD = rf"{_NAME}(?:{_AT})?"
 _RE = re.compile(
-    rf"(?:^|/)(?P<run>{_NAME})/cells/(?P<model>{_NAME})/(?P<workload>{_NAME})/(?P<config>{_NAME})/"
+    rf"(?:^|/)(?P<run>{_NAME})/cells/(?P<model>{_NAME})/(?P<workload>{_WORKLOAD})/(?P<config>{_NAME})/"
     r"r(?P<repeat>[1-9][0-9]{0,3})\.json$"
 )
+
+
+_SPLIT = re.compile(rf"(?P<base>{_NAME})@b(?P<b>[1-9][0-9]{{0,6}})")
+
+
+def at_concurrency(workload: str, b: int) -> str:
+    """The cell name of `workload` measured with b requests in flight: `code@b8`."""
+    return f"{workload}@b{b}"
+
+
+def split_workload(name: str) -> tuple[str, int | None]:
+    """A cell's workload name -> (the config's workload, its concurrency b or None for all prompts at once)."""
+    m = _SPLIT.fullmatch(name)
+    return (m["base"], int(m["b"])) if m else (name, None)
 
 
 @dataclass(frozen=True, order=True)
@@ -55,7 +76,7 @@ def archive_dir(root: Path | str, key: Key) -> Path:
 
 
 _PREFLIGHT_RE = re.compile(
-    rf"(?:^|/)(?P<run>{_NAME})/preflight/(?P<model>{_NAME})/(?P<workload>{_NAME})/(?P<config>{_NAME})\.json$"
+    rf"(?:^|/)(?P<run>{_NAME})/preflight/(?P<model>{_NAME})/(?P<workload>{_WORKLOAD})/(?P<config>{_NAME})\.json$"
 )
 
 

