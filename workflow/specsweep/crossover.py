@@ -143,10 +143,11 @@ def crossover(points: Iterable[Point]) -> Crossover:
     return Crossover(_b(star), b_lo, b_hi, n, note)
 
 
-def base_workload(workload: str, b: int | None) -> str:
-    """The config's workload of a cell's workload name: `code` for `code@b8` (the name of `code` measured at
-    b = 8, see paths.py), the name itself for a cell without a concurrency."""
-    return workload if b is None else workload.removesuffix(f"@b{b}")
+def base_workload(workload: str) -> str:
+    """The config's workload of a cell's workload name: `code` for `code@b8` (`code` measured at b = 8)."""
+    from .paths import split_workload
+
+    return split_workload(workload)[0]
 
 
 def crossover_rows(speedup_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -156,7 +157,7 @@ def crossover_rows(speedup_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any
     for s in speedup_rows:
         if s.get("concurrency") is None:
             continue
-        key = (s["model"], base_workload(s["workload"], s["concurrency"]), s["config"])
+        key = (s["model"], base_workload(s["workload"]), s["config"])
         pts = curves.setdefault(key, [])
         if s.get("speedup") is None or s.get("status") not in ("ok", "partial"):
             continue

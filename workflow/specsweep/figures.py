@@ -1791,7 +1791,7 @@ def concurrency_curves(data: Tables) -> dict[Curve, list[tuple[int, Cell]]]:
     out: dict[Curve, list[tuple[int, Cell]]] = {}
     for cell, row in sorted(data.cells.items()):
         b = int(row["concurrency"])
-        out.setdefault((cell[0], base_workload(cell[1], b), cell[2]), []).append((b, cell))
+        out.setdefault((cell[0], base_workload(cell[1]), cell[2]), []).append((b, cell))
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 

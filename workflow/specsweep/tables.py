@@ -16,10 +16,10 @@ the repeats of one cell must agree on those and on the settings vLLM chose. Stal
 settings differ from what the current config says for its cell is refused by name, with the differing keys.
 Either check can be overridden (--allow-mismatch, --allow-stale); the override is recorded in the metadata.
 
-Concurrency: a cell measured at a concurrency b (settings.workload.concurrency) has it in its `concurrency`
-column (null: all prompts submitted at once, the article's point), and is compared with the baseline at the
-same b, never across b. Its per-request latency (TTFT, TPOT: medians and p90 over requests) and decode-only
-throughput come from the cell's `latency` block; null for cells that lack one.
+Concurrency: a cell measured at a concurrency b (workload `code@b8`, settings.workload.concurrency) has b in
+its `concurrency` column (null: all prompts submitted at once, the article's point), and is compared with the
+baseline at the same b, never across b. Its per-request latency (TTFT, TPOT: medians and p90 over requests)
+and decode-only throughput come from the cell's `latency` block; null for cells that lack one.
 """
 
 from __future__ import annotations
@@ -335,9 +335,9 @@ def _concurrency_fields(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def concurrency_of(study: Study, cell: Cell) -> int | None:
-    """The concurrency b a cell is measured at (its settings.workload.concurrency); None: all prompts at once."""
-    b = study.cell_settings(cell)["workload"].get("concurrency")
-    return None if b is None else int(b)
+    """The concurrency b a cell is measured at (its settings.workload.concurrency, the `@b{b}` of its workload
+    name); None: all prompts at once."""
+    return cell.concurrency
 
 
 def _b(b: int | None) -> int:
