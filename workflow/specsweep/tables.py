@@ -787,8 +787,10 @@ def build_tables(
     m_table = _table(rows, MEASUREMENT_COLUMNS, meta)
     c_table = _table(crow, CELL_COLUMNS, meta)
     s_table = _table(sp, SPEEDUP_COLUMNS, meta)
-    # C9 (below b* the drafter pays, above it costs) is decided for runs with a concurrency axis only
-    decided = claims.decide(study, crow, sp, rows) + ([claims.decide_c9(study, xrows)] if xrows else [])
+    # C1-C8 are the article's, about its point (all prompts at once): decided by the cells there; C9 (below b*
+    # the drafter pays, above it costs) by the crossovers, for runs with a concurrency axis only
+    at_point = [c for c in crow if c["concurrency"] is None], [s for s in sp if s["concurrency"] is None]
+    decided = claims.decide(study, *at_point, rows) + ([claims.decide_c9(study, xrows)] if xrows else [])
     readme = claims.readme_sentence(study, crow, sp, decided)
     if xrows:
         readme += " " + crossover.sentence(xrows, study.baseline)
