@@ -294,7 +294,11 @@ SCHEDULER_PID = os.getpid()
 wildcard_constraints:
     run=re.escape(RUN),
     model="|".join(map(re.escape, STUDY.models)),
-    workload="|".join(map(re.escape, sorted({c.workload for c in STUDY.cells} | set(STUDY.workloads)))),
+    workload="|".join(
+        map(
+            re.escape, sorted({c.workload for c in STUDY.cells} | set(STUDY.workloads))
+        )
+    ),
     config="|".join(map(re.escape, STUDY.ladder)),
     repeat="[1-9][0-9]*",
     whash="[0-9a-f]{12}",

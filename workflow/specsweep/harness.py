@@ -23,6 +23,8 @@ from .jsonio import atomic_write_json
 
 def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_path: str | None) -> dict[str, Any]:
     os.environ.update(cell_env(study, cell))
+    if cell.concurrency is not None:
+        raise SpecsweepError(f"cell {cell.key}: vLLM's run_vllm submits all prompts at once; it has no concurrency")
     wl = workloads.load(workload_path)
     if wl["name"] != cell.workload:
         raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")

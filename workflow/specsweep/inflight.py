@@ -98,6 +98,8 @@ class StepObserver:
     def record(self, out: Any) -> None:
         outputs = list(getattr(out, "outputs", None) or ())
         stats = getattr(out, "scheduler_stats", None)
+        if getattr(stats, "num_running_reqs", None) is None:
+            stats = None
         if stats is None and not outputs:
             return  # a poll that ran no step
         self.steps.append(

