@@ -33,7 +33,7 @@ def conc_run(tmp_path_factory, smollm2) -> dict:
     work = tmp_path_factory.mktemp("conc")
     cfg_path = prepare_workdir(work, cfg, smollm2)
     try:
-        snakemake(work, "--configfile", str(cfg_path), "--cores", "1")
+        snakemake(work, "--configfile", str(cfg_path), "--cores", "1", timeout=3000)  # 4 engine starts
     finally:
         stop_engines(work)
     return {"work": work, "tables": work / "results" / "conc" / "tables", "figures": work / "figures" / "conc"}

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
     from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "render_all", "fig5_layout", "WORKLOADS"]
+__all__ = ["FIGURES", "drawn_figures", "render_all", "fig5_layout", "WORKLOADS"]
 
 #: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
 FIGURES: tuple[str, ...] = (
