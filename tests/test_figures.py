@@ -18,7 +18,10 @@ from conftest import ROOT
 from specsweep import stats, tables
 from specsweep.captions import captions, write_captions
 from specsweep.config import build_study
-from specsweep.figures import DPI, FIGURES, fig5_layout, render_all
+from specsweep.figures import DPI, fig5_layout, render_all
+from specsweep.figures import drawn_figures as _drawn
+
+FIGURES = _drawn(False)  # the paper run has no concurrency axis: figures 1-8 (figure 9: test_fig_concurrency.py)
 
 REPEATS = 3
 NSPEC = {"ngram": 7, "suffix": 32, "trident": 32}

@@ -40,9 +40,11 @@ def test_report_holds_rendered_figures_and_captions(tiny_run, tmp_path):
     snakemake(work, "--configfile", str(tiny_run["config"]), "--report", str(tmp_path / "report.html"))
     html = (tmp_path / "report.html").read_text()
     entries = {}
-    from specsweep.figures import FIGURES
+    from specsweep.figures import drawn_figures
 
-    for name in FIGURES:
+    drawn = drawn_figures(False)  # the tiny run has no concurrency axis: no figure 9
+    assert "fig9_concurrency" not in html
+    for name in drawn:
         m = re.search(rf'"figures/tiny/{name}\.png": (\{{.*?"data_uri": "(data:image/png[^"]+)"\}})', html)
         assert m, f"{name} is not in the report"
         entries[name] = m.group(2)
@@ -64,7 +66,7 @@ def test_report_holds_rendered_figures_and_captions(tiny_run, tmp_path):
     )
     dom = _chromium(tmp_path, page.as_uri(), "--dump-dom")
     sizes = json.loads(re.search(r"data-sizes=\"([^\"]+)\"", dom).group(1).replace("&quot;", '"'))
-    assert len(sizes) == len(FIGURES) == 8
+    assert len(sizes) == len(drawn) == 8
     for name, width, height in sizes:
         png = base64.b64decode(entries[name].split("base64,", 1)[1])
         true_w, true_h = struct.unpack(">II", png[16:24])

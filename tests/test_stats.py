@@ -91,7 +91,8 @@ def test_intervals_known_answers():
     assert stats.cell_ci([4.0, 4.0, 4.0]) == (4.0, 4.0)
     assert stats.cell_ci([0.0, 1.0, 2.0])[0] < 0.0  # a value <= 0: the raw scale, not the log
     point, lo, hi = stats.ratio_ci([20.0, 21.0, 19.0], [10.0, 11.0, 9.0])
-    assert point == pytest.approx(2.0) and lo < 2.0 < hi
+    assert point == pytest.approx(stats.geomean([20.0, 21.0, 19.0]) / stats.geomean([10.0, 11.0, 9.0]))
+    assert lo < point < hi  # the ratio of geometric means: the centre of the interval on the log scale
     assert stats.ratio_ci([2.0], [1.0]) == (2.0, None, None)
     assert stats.per_start([1.0, 4.0, 9.0], ["a", "a", "b"]) == pytest.approx([2.0, 9.0])  # geometric mean
     assert stats.spread([[1.0, math.e], [5.0]]) == pytest.approx(1 / math.sqrt(2))  # only groups with 2 starts

@@ -193,14 +193,20 @@ def reported_table_paths() -> list:
     return out
 
 
-# The figure list has one home, specsweep.figures.FIGURES (the renderer and the captions use it too).
-from specsweep.figures import FIGURES  # noqa: E402
+# The figure list has one home, specsweep.figures.FIGURES (the renderer and the captions use it too); a run
+# gets figure 9 only where a workload is measured at a concurrency (drawn_figures).
+from specsweep.figures import drawn_figures  # noqa: E402
+from specsweep.tables import concurrency_of  # noqa: E402
+
+DRAWN_FIGURES = drawn_figures(
+    any(concurrency_of(STUDY, c) is not None for c in STUDY.cells)
+)
 
 
 def figure_paths() -> list[str]:
     return (
-        [f"figures/{RUN}/{f}.{ext}" for f in FIGURES for ext in ("png", "svg")]
-        + [f"figures/{RUN}/captions/{f}.rst" for f in FIGURES]
+        [f"figures/{RUN}/{f}.{ext}" for f in DRAWN_FIGURES for ext in ("png", "svg")]
+        + [f"figures/{RUN}/captions/{f}.rst" for f in DRAWN_FIGURES]
         + [f"figures/{RUN}/manifest.json"]
     )
 

@@ -23,6 +23,9 @@ from .figures import (
     SPEC_METHODS,
     Tables,
     Val,
+    concurrency_curves,
+    crossovers,
+    drawn_figures,
     r_series,
     size_stats,
 )
@@ -235,6 +238,37 @@ def _fig8(data: Tables, _: str, others: Sequence[Tables] = ()) -> str:
     )
 
 
+def _end(b: float | None) -> str:
+    return "open" if b is None else f"{b:g}"
+
+
+def _fig9(data: Tables, _: str) -> str:
+    conc = data.concurrency()
+    parts = []
+    for key, x in crossovers(conc).items():
+        name = "/".join(key)
+        if str(x["note"]).startswith("crosses"):
+            parts.append(f"{name} b* = {x['b_star']:g} [{_end(x['b_star_lo'])}, {_end(x['b_star_hi'])}] (n = {x['n']})")
+        else:
+            parts.append(f"{name}: {x['note']}")
+    tpot = []
+    for (m, w, cfg), pts in concurrency_curves(conc).items():
+        ts = [(b, 1000 * t) for b, c in pts if (r := conc.row(c)) and (t := r.get("tpot_s_median")) is not None]
+        if len(ts) > 1:
+            tpot.append(f"{m}/{w}/{cfg} {ts[0][1]:.1f} ms at b = {ts[0][0]} → {ts[-1][1]:.1f} ms at b = {ts[-1][0]}")
+    return (
+        f"Speedup of each drafter over {data.baseline} at the same concurrency b (log axis), with 95 % "
+        "intervals. X marks b*, where the speedup falls through 1, interpolated on log b between the last b "
+        "with speedup > 1 and the next with speedup < 1; its band runs from where the interval's lower bound "
+        "falls through 1 to where its upper bound does (pointwise intervals, so approximate coverage; an end "
+        "past the measured b is open). Crossovers: "
+        + ("; ".join(parts) or "none")
+        + ". Right: time per output token (median over requests): "
+        + ("; ".join(tpot) or "not measured")
+        + "."
+    )
+
+
 _CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
     "fig1_headline": _fig1,
     "fig2_r_vs_k_code": _fig2,
@@ -244,12 +278,13 @@ _CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
     "fig6_gpu_util": _fig6,
     "fig7_k_predicted": _fig7,
     "fig8_r_at_scale": _fig8,
+    "fig9_concurrency": _fig9,
 }
 
 
 def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequence[Tables] = ()) -> dict[str, str]:
-    """One caption per figure of FIGURES, in that order. ``run``: the tables' run (default: their only run);
-    ``r_runs``: other runs figure 8 draws R of (config r_at_scale_runs)."""
+    """One caption per figure of FIGURES the run gets (drawn_figures), in that order. ``run``: the tables'
+    run (default: their only run); ``r_runs``: other runs figure 8 draws R of (config r_at_scale_runs)."""
     if set(_CAPTIONS) != set(FIGURES):
         raise ValueError(f"captions and figures disagree: {sorted(set(_CAPTIONS) ^ set(FIGURES))}")
     if run is None:
@@ -278,7 +313,7 @@ def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequen
         foot += f" Cells with fewer repeats: {', '.join(fewer)}."
     out: dict[str, Any] = {
         stem: _fig8(data, headline, r_runs) if stem == "fig8_r_at_scale" else _CAPTIONS[stem](data, headline)
-        for stem in FIGURES
+        for stem in drawn_figures(data.concurrency_axis)
     }
     return {k: check_rst(k, v + foot) for k, v in out.items()}
 

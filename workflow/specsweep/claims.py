@@ -13,6 +13,10 @@ C5  the linear form predicts K better than Leviathan's  mean |error| of each aga
 C6  R within 1.25-1.40, independent of the workload     R over decode steps, every interval inside the band
 C7  chat K > sonnet K                                   per method, chat's K interval (over prompts) above sonnet's
 C8  models >= 14B are net-positive                      every trident cell of such a model: verdict faster
+C9  below b* the drafter pays, above it costs           per drafter and workload measured at several concurrencies
+                                                        b: its speedup falls through 1 at b* (crossover.py), the
+                                                        interval's ends inside the measured b (decide_c9); runs
+                                                        with a concurrency axis only
 
 Cells of `weights: dummy` models (random weights) enter C6 only: they measure step time, not acceptance.
 
@@ -336,3 +340,48 @@ def readme_sentence(
         f"{study.baseline}, the measured cells were {', '.join(parts) or 'none'} (band ±{band} %); claims: "
         f"{claims}. Verdicts: {stats.VERDICT_RULE}"
     )
+
+
+# ------------------------------------------------------------------------------------------------ C9
+
+C9_LABEL = "below b* the drafter pays, above it costs (speedup against concurrency b)"
+
+
+def _c9_curve(x: dict[str, Any]) -> str:
+    """One (model, workload, drafter) curve's verdict on C9, from its crossover row (see crossover.py)."""
+    note = x["note"]
+    if note.startswith("crosses"):  # measurably pays below the interval and costs above it: both ends closed
+        return "confirmed" if x["b_star_lo"] is not None and x["b_star_hi"] is not None else "undecided"
+    if note.startswith("rises through 1"):  # costs at low b, pays at high b
+        return "refuted"
+    if note.startswith("costs at every measured b") and x["b_star_hi"] == 1.0:  # costs even one request at a time
+        return "refuted"
+    return "undecided"  # pays everywhere measured (b* above), costs from some b > 1 on, or intervals too wide
+
+
+def decide_c9(study: Study, xrows: list[dict[str, Any]]) -> dict[str, Any]:
+    """C9 from crossover.parquet's rows: confirmed when every real-weight curve falls through 1 with both ends
+    of b*'s interval inside the measured b (it measurably pays below, costs above); refuted when one costs at
+    b = 1 or rises through 1 instead. Cells of `weights: dummy` models are left out, as in C1 and C8 (their
+    acceptance is not a real model's); their crossovers are in the table."""
+    dummy = {m for m, spec in study.models.items() if spec.weights == "dummy"}
+    rows = [x for x in xrows if x["model"] not in dummy]
+    verdicts = [_c9_curve(x) for x in rows]
+    ev = "; ".join(
+        f"{x['model']}/{x['workload']}/{x['step']}: "
+        + (
+            f"b* {_f(x['b_star'], 1)} [{_f(x['b_star_lo'], 1)}, {_f(x['b_star_hi'], 1)}]"
+            if x["note"].startswith("crosses")
+            else x["note"]
+        )
+        for x in rows
+    )
+    if not rows:
+        ev = "only random-weight (weights: dummy) models measured at a concurrency" if xrows else "no concurrency axis"
+    return {
+        "id": "C9",
+        "claim": C9_LABEL,
+        "verdict": _combine(verdicts),
+        "evidence": ev,
+        "cells": sorted(f"{x['model']}/{x['workload']}/{x['step']}" for x in rows),
+    }

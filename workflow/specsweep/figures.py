@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
     from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "render_all", "fig5_layout", "WORKLOADS"]
+__all__ = ["FIGURES", "drawn_figures", "render_all", "fig5_layout", "WORKLOADS"]
 
 #: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
 FIGURES: tuple[str, ...] = (
@@ -50,7 +50,21 @@ FIGURES: tuple[str, ...] = (
     "fig6_gpu_util",
     "fig7_k_predicted",
     "fig8_r_at_scale",
+    "fig9_concurrency",
 )
+#: Drawn only for a run with a concurrency axis (a workload measured at concurrencies b); left out of the
+#: others' figures and named in their manifest's ``left_out``.
+CONCURRENCY_FIGURE = "fig9_concurrency"
+
+
+def drawn_figures(concurrency_axis: bool) -> tuple[str, ...]:
+    """The figures a run gets, in report order: all of :data:`FIGURES`, figure 9 only with a concurrency axis."""
+    return tuple(f for f in FIGURES if concurrency_axis or f != CONCURRENCY_FIGURE)
+
+
+def left_out_reason(run: str) -> str:
+    return f"no concurrency axis: no workload of run {run} is measured at a concurrency (workloads.<name>.concurrency)"
+
 
 WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
 #: The paper's ladder steps after the baseline (the baseline's name comes from the tables).
@@ -108,7 +122,7 @@ STYLE: dict[str, Any] = {
     "figure.facecolor": "white",
 }
 
-Cell = tuple[str, str, str]  # (model, workload, config)
+Cell = tuple[str, str, str]  # (model, workload, config); a workload at concurrency b is named `code@b8`
 Row = dict[str, Any]
 
 
@@ -176,7 +190,9 @@ class Val:
 
 @dataclass
 class Tables:
-    """Both tables of one run, indexed by cell, with the run's baseline name and repeats."""
+    """Both tables of one run, indexed by cell, with the run's baseline name and repeats. ``cells`` and
+    ``speedup`` hold the cells at the article's point (all prompts at once: figures 1-8); ``at_b`` holds
+    those measured at a concurrency b (figure 9, :meth:`concurrency`)."""
 
     run: str
     baseline: str
@@ -184,6 +200,7 @@ class Tables:
     cells: dict[Cell, Row]
     speedup: dict[Cell, Row]
     engine_per_repeat: bool = True
+    at_b: tuple[dict[Cell, Row], dict[Cell, Row]] = field(default_factory=lambda: ({}, {}))
 
     @classmethod
     def load(cls, tables_dir: Path, run: str) -> Tables:
@@ -199,14 +216,27 @@ class Tables:
         if not baseline:
             raise ValueError(f"{tables_dir}: no baseline named (metadata specsweep.baseline, column baseline)")
         repeats = int(meta.get("specsweep.repeats") or max((r.get("repeats") or 1 for r in crows), default=1))
+
+        def point(rows: list[Row], at: bool) -> list[Row]:  # tables from before the axis have no such column
+            return [r for r in rows if (r.get("concurrency") is not None) == at]
+
         return cls(
             run=run,
             baseline=baseline,
             repeats=repeats,
-            cells=_index(crows, "cells.parquet"),
-            speedup=_index(srows, "speedup.parquet"),
+            cells=_index(point(crows, False), "cells.parquet"),
+            speedup=_index(point(srows, False), "speedup.parquet"),
             engine_per_repeat=meta.get("specsweep.engine_per_repeat", "true") != "false",
+            at_b=(_index(point(crows, True), "cells.parquet"), _index(point(srows, True), "speedup.parquet")),
         )
+
+    @property
+    def concurrency_axis(self) -> bool:
+        return bool(self.at_b[0])
+
+    def concurrency(self) -> Tables:
+        """The cells measured at a concurrency b, as tables of their own (their rows carry `concurrency`)."""
+        return Tables(self.run, self.baseline, self.repeats, self.at_b[0], self.at_b[1], self.engine_per_repeat)
 
     # --- structure
 
@@ -416,6 +446,7 @@ def _new_figure(
     *,
     bottom_in: float = 0.55,
     top_extra_in: float = 0.0,
+    nrows: int = 1,
 ) -> tuple[Figure, list[Axes]]:
     """Figure with ``ncols`` axes, a wrapped title, a footer and (if needed) a red missing-cells box.
 
@@ -452,8 +483,9 @@ def _new_figure(
         top=1 - (top_in + 0.35 + top_extra_in) / height,
         bottom=(bottom_in + 0.3 + 0.13 * len(foot_lines)) / height,
         wspace=0.3 if ncols > 1 else 0.2,
+        hspace=0.45,
     )
-    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(nrows * ncols)]
     return fig, axes
 
 
@@ -615,10 +647,20 @@ class _Ctx:
 
     @contextmanager
     def figure(
-        self, stem: str, needs: _Needs, size: tuple[float, float], ncols: int, title: str, **layout: float
+        self,
+        stem: str,
+        needs: _Needs,
+        size: tuple[float, float],
+        ncols: int,
+        title: str,
+        data: Tables | None = None,
+        nrows: int = 1,
+        **layout: float,
     ) -> Iterator[list[Axes]]:
-        """Create a figure (title, footer, missing box), yield its axes, save it on exit."""
-        fig, axes = _new_figure(size, ncols, title, needs, self.data.footer(needs.needed), **layout)
+        """Create a figure (title, footer of ``data``, default the run's tables; missing box), yield its axes
+        (``nrows`` x ``ncols``, row by row), save it on exit."""
+        footer = (data or self.data).footer(needs.needed)
+        fig, axes = _new_figure(size, ncols, title, needs, footer, nrows=nrows, **layout)
         yield axes
         if self.out_dir is not None:
             _save(fig, self.out_dir, stem)
@@ -742,7 +784,7 @@ def _fig2_r_vs_k(ctx: _Ctx) -> _Needs:
         needs.notes.append(
             "R, T, speedup and verdict from speedup.parquet, K from cells.parquet, each with its 95 % "
             "interval; "
-            "speedup = T / R exactly (ratio of medians); K is the per-request proxy for T"
+            "speedup = T / R exactly (ratios of geometric means); K is the per-request proxy for T"
         )
     return needs
 
@@ -1735,6 +1777,133 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     return needs
 
 
+# ------------------------------------------------------------------------ figure 9: concurrency
+
+#: Figure 9's curve key: (model, workload, ladder step); the workload is the config's (`code`), its cells at
+#: each b are `code@b{b}`.
+Curve = tuple[str, str, str]
+
+
+def concurrency_curves(data: Tables) -> dict[Curve, list[tuple[int, Cell]]]:
+    """Figure 9's lines over ``data.concurrency()``: (model, workload, step) -> [(b, cell)] in order of b."""
+    from .crossover import base_workload
+
+    out: dict[Curve, list[tuple[int, Cell]]] = {}
+    for cell, row in sorted(data.cells.items()):
+        b = int(row["concurrency"])
+        out.setdefault((cell[0], base_workload(cell[1]), cell[2]), []).append((b, cell))
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def crossovers(data: Tables) -> dict[Curve, Row]:
+    """crossover.parquet's rows of ``data.concurrency()`` (recomputed from its speedup rows, the same pure
+    function the tables use), keyed by (model, workload, step)."""
+    from .crossover import crossover_rows
+
+    return {(x["model"], x["workload"], x["step"]): x for x in crossover_rows(list(data.speedup.values()))}
+
+
+def _b_axis(ax: Axes, bs: Sequence[int]) -> None:
+    """A log axis of concurrencies, ticked at the measured b in plain integers."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(sorted(set(bs))))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(min(bs) / 1.5, max(bs) * 1.5)
+    ax.set_xlabel("concurrency b (requests in flight, log)")
+    ax.grid(True, axis="both", which="major")
+
+
+def _fig9_concurrency(ctx: _Ctx) -> _Needs:
+    data = ctx.data.concurrency()
+    curves = concurrency_curves(data)
+    cross = crossovers(data)
+    models = [m for m in data.models() if any(k[0] == m for k in curves)]
+    needs = _Needs.of(data, [c for pts in curves.values() for _, c in pts])
+    workloads = _order({k[1] for k in curves}, WORKLOADS)
+    steps = _order({k[2] for k in curves}, (data.baseline, *LADDER))
+    drafters = [c for c in steps if c != data.baseline]
+    styles = ("-", "--", ":", "-.")
+    legend_rows = -(-(len(drafters) * len(workloads) + 1) // 2)
+    legend_in = 0.18 * max(legend_rows, -(-len(steps) * len(workloads) // 2))
+    rows = max(len(models), 1)
+    size = (11.0, 0.9 + 3.6 * rows + legend_in)
+    title = f"Speedup over {data.baseline} at the same concurrency b, and time per output token, against b"
+    with ctx.figure(
+        CONCURRENCY_FIGURE, needs, size, 2, title, data=data, nrows=rows, bottom_in=0.55 + legend_in
+    ) as axes:
+        if not models:
+            for a in axes:
+                _message(a, f"no cell at a concurrency in run {data.run}", color=MISSING_COLOR)
+            return needs
+        bs = [b for pts in curves.values() for b, _ in pts]
+        below: dict[str, Any] = {
+            "loc": "upper left",
+            "bbox_to_anchor": (0.0, -0.16),
+            "ncols": 2,
+            "fontsize": 7,
+            "frameon": False,
+        }
+        for i, model in enumerate(models):
+            ax, bx = axes[2 * i], axes[2 * i + 1]
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            for w in workloads:
+                style = styles[workloads.index(w) % len(styles)]
+                for cfg in steps:
+                    pts = curves.get((model, w, cfg), [])
+                    colour = ctx.color(cfg)
+                    tpot = [(b, 1000 * t) for b, c in pts if (r := data.row(c)) and (t := _num(r.get("tpot_s_median")))]
+                    if tpot:
+                        bx.plot(*zip(*tpot, strict=True), style, color=colour, marker="o", markersize=3.5,
+                                label=f"{cfg} · {w}")  # fmt: skip
+                    if cfg == data.baseline:
+                        continue
+                    sp = [(b, v) for b, c in pts if (v := data.spd(c, "speedup")) is not None]
+                    if not sp:
+                        continue
+                    ax.plot([b for b, _ in sp], [v.point for _, v in sp], style, color=colour, marker="o",
+                            markersize=3.5, label=f"{cfg} · {w}")  # fmt: skip
+                    for b, v in sp:
+                        _whisker(ax, b, v, color=colour)
+                    x = cross.get((model, w, cfg))
+                    if x is None or not str(x["note"]).startswith("crosses"):
+                        continue
+                    star, lo, hi = x["b_star"], x["b_star_lo"], x["b_star_hi"]
+                    span = [lo if lo is not None else star, hi if hi is not None else star]
+                    ax.plot(span, [1.0, 1.0], "-", color=colour, linewidth=4, alpha=0.35, solid_capstyle="butt")
+                    ax.plot([star], [1.0], "X", color=colour, markersize=8, markeredgecolor="black", zorder=5)
+            for a in (ax, bx):
+                _b_axis(a, bs)
+            ax.set_ylabel(f"speedup over {data.baseline} (same b)")
+            ax.set_title(f"a) {model}: speedup, 95 % intervals; X = b*, band = its interval", loc="left", fontsize=8)
+            bx.set_ylabel("TPOT, ms (median over requests)")
+            bx.set_title(f"b) {model}: time per output token", loc="left", fontsize=8)
+            if not bx.lines:
+                _message(bx, "no per-request latency in these cells", color=NOISE_COLOR)
+        last_a, last_b = axes[-2], axes[-1]
+        handles, labels = axes[0].get_legend_handles_labels()
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], marker="X", color="#555555", markeredgecolor="black", linestyle="none"))
+        labels.append("b*: speedup falls through 1 (log-b interpolation)")
+        last_a.legend(handles, labels, **below)
+        if axes[1].lines:
+            last_b.legend(*axes[1].get_legend_handles_labels(), **below)
+        for key, x in cross.items():
+            needs.notes.append(
+                f"{'/'.join(key)}: b* {x['b_star']} [{x['b_star_lo']}, {x['b_star_hi']}], n = {x['n']}: {x['note']}"
+            )
+        needs.notes.append(
+            "a) each speedup pairs a drafter's cells with the baseline's at the same b; b* interpolated on log b "
+            "between the last b with speedup > 1 and the next with speedup < 1; band: where the interval's lower "
+            "and upper bounds fall through 1 (pointwise intervals, so its coverage is approximate)"
+        )
+        needs.notes.append("b) TPOT: median over requests per repeat, median over repeats (no interval)")
+    return needs
+
+
 _DRAW: dict[str, Callable[[_Ctx], _Needs]] = {
     "fig1_headline": _fig1_headline,
     "fig2_r_vs_k_code": _fig2_r_vs_k,
@@ -1744,6 +1913,7 @@ _DRAW: dict[str, Callable[[_Ctx], _Needs]] = {
     "fig6_gpu_util": _fig6_gpu_util,
     "fig7_k_predicted": _fig7_k_predicted,
     "fig8_r_at_scale": _fig8_r_at_scale,
+    "fig9_concurrency": _fig9_concurrency,
 }
 assert tuple(_DRAW) == FIGURES, "every figure in FIGURES needs a drawing function, in the same order"
 
@@ -1765,7 +1935,9 @@ def render_all(
     k_ref: KRef | None = None,
     r_runs: Sequence[Tables] = (),
 ) -> dict:
-    """Render every figure of :data:`FIGURES` (PNG + SVG) and ``manifest.json`` into ``out_dir``.
+    """Render every figure of :data:`FIGURES` the run gets (:func:`drawn_figures`: figure 9 only with a
+    concurrency axis) as PNG + SVG, and ``manifest.json``, into ``out_dir``; a figure left out is named in the
+    manifest's ``left_out`` with the reason.
 
     Only rows whose ``run`` column equals ``run`` are used.  Returns the manifest:
     ``{"run", "headline_model", "baseline", "repeats", "tables_manifest_sha256", "figures": {stem: {"files",
@@ -1778,8 +1950,9 @@ def render_all(
     data = Tables.load(tables_dir, run)
     ctx = _Ctx(data=data, model=headline_model, out_dir=out_dir, k_ref=k_ref, r_runs=list(r_runs))
     figures: dict[str, Any] = {}
+    drawn = drawn_figures(data.concurrency_axis)
     with _style():
-        for stem in FIGURES:
+        for stem in drawn:
             figures[stem] = _DRAW[stem](ctx).manifest(stem)
     from .tables import manifest_sha256
 
@@ -1792,6 +1965,7 @@ def render_all(
         # tables have changed since (new tables beside old figures after a kill between the two steps)
         "tables_manifest_sha256": manifest_sha256(tables_dir),
         "figures": figures,
+        "left_out": {stem: left_out_reason(run) for stem in FIGURES if stem not in drawn},
     }
     text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     _atomic_write(out_dir / "manifest.json", lambda fh: fh.write(text.encode("utf-8")))

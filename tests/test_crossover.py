@@ -1,0 +1,172 @@
+"""The crossover b* on constructed speedup curves (a pure function: no measurement here)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from specsweep import stats
+from specsweep.crossover import CROSSOVER_COLUMNS, Point, crossover, crossover_rows
+
+
+def _curve(bs, sp, width=0.1, verdicts=None, n=3):
+    """Points with a +-width relative interval; the verdict from stats.verdict unless given."""
+    out = []
+    for i, (b, s) in enumerate(zip(bs, sp, strict=True)):
+        lo, hi = (s * (1 - width), s * (1 + width)) if width is not None else (None, None)
+        v = verdicts[i] if verdicts else stats.verdict(s, lo, hi)
+        out.append(Point(b, s, lo, hi, v, n))
+    return out
+
+
+def _log_cross(b0, s0, b1, s1, y=1.0):
+    x = math.log(b0) + (s0 - y) / (s0 - s1) * (math.log(b1) - math.log(b0))
+    return math.exp(x)
+
+
+def test_falling_curve_interpolates_on_log_b_with_an_interval():
+    bs, sp = [1, 4, 16, 64], [2.0, 1.5, 1.2, 0.8]
+    c = crossover(_curve(bs, sp))
+    # between 16 (1.2) and 64 (0.8), halfway on log b: the geometric mean 32, not the arithmetic 40
+    assert c.b_star == pytest.approx(32.0)
+    assert c.b_star_lo == pytest.approx(_log_cross(16, 1.08, 64, 0.72), rel=1e-3)
+    assert c.b_star_hi == pytest.approx(_log_cross(16, 1.32, 64, 0.88), rel=1e-3)
+    assert c.b_star_lo < c.b_star < c.b_star_hi
+    assert c.n == 3
+    assert c.note.startswith("crosses 1 between b = 16 and b = 64")
+
+
+def test_log_interpolation_differs_from_linear():
+    c = crossover(_curve([1, 100], [2.0, 0.5], width=0.01))
+    assert c.b_star == pytest.approx(100 ** (2 / 3), rel=1e-3)  # 21.5; linear in b would say 67
+
+
+def test_interval_ends_in_other_segments_than_the_point():
+    # lo falls through 1 between 4 and 16, the point between 16 and 64, hi between 64 and 256
+    bs, sp = [4, 16, 64, 256], [1.5, 1.1, 0.95, 0.7]
+    c = crossover(_curve(bs, sp, width=0.2))
+    assert 4 < c.b_star_lo < 16 < c.b_star < 64 < c.b_star_hi < 256
+
+
+def test_pays_at_every_measured_b():
+    c = crossover(_curve([1, 8, 64], [3.0, 2.0, 1.3]))
+    assert c.note.startswith("pays at every measured b")
+    assert c.b_star is None and c.b_star_hi is None and c.b_star_lo == 64.0
+
+
+def test_costs_at_every_measured_b():
+    c = crossover(_curve([1, 8, 64], [0.7, 0.6, 0.5]))
+    assert c.note.startswith("costs at every measured b")
+    assert c.b_star is None and c.b_star_lo is None and c.b_star_hi == 1.0
+
+
+def test_above_one_everywhere_but_not_every_interval_is_undecided():
+    c = crossover(_curve([1, 8, 64], [2.0, 1.5, 1.02]))
+    assert not stats.verdict(1.02, 1.02 * 0.9, 1.02 * 1.1).startswith("faster")
+    assert c.note.startswith("undecided") and c.b_star is None
+
+
+def test_upper_end_open_when_the_upper_bound_never_falls_below_one():
+    c = crossover(_curve([1, 8, 64], [1.6, 1.3, 0.95], width=0.2))
+    assert c.b_star is not None and c.b_star_lo is not None
+    assert c.b_star_hi is None and "open]" in c.note
+
+
+def test_lower_end_open_when_the_lower_bound_is_at_or_below_one_at_the_smallest_b():
+    c = crossover(_curve([1, 8, 64], [1.05, 0.8, 0.6], width=0.2))
+    assert c.b_star is not None and c.b_star_lo is None and c.b_star_hi is not None
+    assert "[open, " in c.note
+
+
+def test_no_interval_with_a_single_repeat():
+    c = crossover(_curve([1, 8, 64], [1.6, 1.2, 0.8], width=None, n=1))
+    assert c.b_star == pytest.approx(_log_cross(8, 1.2, 64, 0.8), rel=1e-3)
+    assert c.b_star_lo is None and c.b_star_hi is None and "no interval" in c.note
+    assert c.n == 1
+
+
+def test_curve_crossing_more_than_once_reports_the_first_fall():
+    c = crossover(_curve([1, 4, 16, 64], [1.5, 0.8, 1.3, 0.7]))
+    assert 1 < c.b_star < 4 and "more than once" in c.note
+
+
+def test_rising_curve_is_not_a_crossover_from_paying_to_costing():
+    c = crossover(_curve([1, 8, 64], [0.6, 0.9, 1.4]))
+    assert c.note.startswith("rises through 1") and 8 < c.b_star < 64
+
+
+def test_no_points_and_bad_concurrencies():
+    assert crossover([]).note.startswith("undecided")
+    with pytest.raises(ValueError, match="distinct"):
+        crossover(_curve([4, 4], [1.2, 0.9]))
+
+
+def test_rows_pair_per_drafter_from_per_repeat_values():
+    """Speedups from per-repeat tok/s at each b through stats.ratio_ci and stats.verdict, as the tables make
+    them; the all-at-once row (concurrency null) and another drafter stay off this curve."""
+    rows = []
+    base = {1: 100.0, 8: 500.0, 64: 2000.0}
+    gain = {1: 1.8, 8: 1.25, 64: 0.8}
+    for b in (1, 8, 64):
+        mine = [base[b] * gain[b] * f for f in (0.99, 1.0, 1.01)]
+        theirs = [base[b] * f for f in (1.0, 0.995, 1.005)]
+        sp, lo, hi = stats.ratio_ci(mine, theirs)
+        rows.append(
+            {"model": "m", "workload": f"code@b{b}", "config": "ngram", "concurrency": b, "status": "ok", "n": 3,
+             "n_baseline": 3, "speedup": sp, "speedup_lo": lo, "speedup_hi": hi, "verdict": stats.verdict(sp, lo, hi)}
+        )  # fmt: skip
+    rows.append(dict(rows[0], workload="code", concurrency=None, speedup=0.5))
+    rows.append(dict(rows[0], config="suffix", speedup=None, status="missing"))
+    out = crossover_rows(rows)
+    assert [(r["model"], r["workload"], r["step"]) for r in out] == [("m", "code", "ngram"), ("m", "code", "suffix")]
+    assert set(out[0]) == {name for name, _ in CROSSOVER_COLUMNS}
+    assert 8 < out[0]["b_star"] < 64 and out[0]["n"] == 3
+    assert out[1]["b_star"] is None and out[1]["n"] == 0 and out[1]["note"].startswith("undecided")
+
+
+def _xrow(model, workload, step, points):
+    c = crossover(points)
+    return {"model": model, "workload": workload, "step": step, "b_star": c.b_star, "b_star_lo": c.b_star_lo,
+            "b_star_hi": c.b_star_hi, "n": c.n, "note": c.note}  # fmt: skip
+
+
+def test_claim_c9_from_constructed_crossovers():
+    import yaml
+
+    from conftest import ROOT
+    from specsweep import claims
+    from specsweep.config import build_study
+
+    study = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
+    model = next(iter(study.models))
+    closed = _xrow(model, "code", "ngram", _curve([1, 4, 16, 64], [2.0, 1.5, 1.2, 0.8]))
+    open_hi = _xrow(model, "chat", "ngram", _curve([1, 8, 64], [1.6, 1.3, 0.95], width=0.2))
+    pays = _xrow(model, "chat", "suffix", _curve([1, 8, 64], [3.0, 2.0, 1.3]))
+    costs_at_1 = _xrow(model, "sonnet", "ngram", _curve([1, 8, 64], [0.7, 0.6, 0.5]))
+    costs_from_8 = _xrow(model, "sonnet", "suffix", _curve([8, 64], [0.7, 0.5]))
+    assert claims.decide_c9(study, [closed])["verdict"] == "confirmed"
+    assert claims.decide_c9(study, [closed, open_hi])["verdict"] == "undecided"
+    assert claims.decide_c9(study, [closed, pays])["verdict"] == "undecided"
+    assert claims.decide_c9(study, [closed, costs_from_8])["verdict"] == "undecided"
+    c9 = claims.decide_c9(study, [closed, costs_at_1])
+    assert c9["id"] == "C9" and c9["verdict"] == "refuted"
+    assert f"{model}/code/ngram: b* 32.0 [" in c9["evidence"] and "even one request at a time" in c9["evidence"]
+    assert claims.decide_c9(study, [])["verdict"] == claims.NOT_COVERED
+    # random-weight models never decide it (their acceptance is not a real model's)
+    dummy = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
+    dummy.models[model] = dataclasses.replace(dummy.models[model], weights="dummy")
+    assert claims.decide_c9(dummy, [closed])["verdict"] == claims.NOT_COVERED
+
+
+def test_readme_sentence_names_b_star_or_the_case():
+    from specsweep.crossover import sentence
+
+    rows = [
+        _xrow("m", "code", "ngram", _curve([1, 4, 16, 64], [2.0, 1.5, 1.2, 0.8])),
+        _xrow("m", "chat", "ngram", _curve([1, 8, 64], [3.0, 2.0, 1.3])),
+    ]
+    text = sentence(rows, "vanilla")
+    assert "m/code/ngram b* = 32 [" in text and "m/chat/ngram pays at every measured b" in text
+    assert text.startswith("Against vanilla at the same concurrency b") and text.endswith(".")

@@ -1,0 +1,198 @@
+"""The concurrency b* at which a drafter stops paying: where its speedup over the baseline, measured at several
+concurrencies b (each against the baseline at the same b), crosses 1.
+
+Method. Each measured b gives a speedup with its 95 % interval (``stats.ratio_ci``) and verdict
+(``stats.verdict``). The curves speedup(b), lo(b) and hi(b) are joined linearly in log b between the
+measured concurrencies, and:
+
+- ``b_star``: where speedup(b) first falls through 1, between the last b whose speedup is > 1 and the next
+  b whose speedup is < 1 (log-linear interpolation between the two);
+- ``b_star_lo``: where the lower bound lo(b) first falls through 1: below it the drafter measurably pays;
+  ``b_star_hi``: where the upper bound hi(b) falls through 1 for the last time: above it the drafter
+  measurably costs. Since lo <= speedup <= hi at every b, b_star_lo <= b_star <= b_star_hi.
+
+Limits. The interval is built from pointwise 95 % intervals, not a simultaneous band over b, so its
+coverage is approximate; interpolation assumes the speedup is linear in log b between measured points, so
+b* is only as fine as the b grid; an end outside the measured range is left open (None): the lower end
+when lo(b) <= 1 already at the smallest b, the upper end when hi(b) >= 1 still at the largest b.
+
+Notes say which case a curve is: ``pays at every measured b`` (every verdict faster: b* above the largest
+b, b_star_lo = that b), ``costs at every measured b`` (every verdict slower: b* below the smallest b, if
+anywhere, b_star_hi = that b; at b = 1 already: no b*), ``crosses 1 ...`` (b* found), ``rises through 1
+...`` (the other way: costs at low b, pays at high b) or ``undecided (...)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: crossover.parquet's columns (names and arrow type names), in order.
+CROSSOVER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("model", "string"),
+    ("workload", "string"),
+    ("step", "string"),
+    ("b_star", "float64"),
+    ("b_star_lo", "float64"),
+    ("b_star_hi", "float64"),
+    ("n", "int64"),
+    ("note", "string"),
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    """A drafter's speedup at one concurrency b over the baseline at the same b; n: the fewer engine starts
+    of the two sides."""
+
+    b: int
+    speedup: float
+    lo: float | None
+    hi: float | None
+    verdict: str
+    n: int
+
+
+@dataclass(frozen=True)
+class Crossover:
+    b_star: float | None
+    b_star_lo: float | None
+    b_star_hi: float | None
+    n: int
+    note: str
+
+
+def _falls(xs: Sequence[float], ys: Sequence[float], last: bool = False) -> float | None:
+    """x where the piecewise-linear curve (xs, ys) first (or last) falls from above 1 to 1 or below."""
+    hits = []
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys, strict=True), zip(xs[1:], ys[1:], strict=True), strict=False):
+        if y0 > 1.0 >= y1:
+            hits.append(x0 + (y0 - 1.0) / (y0 - y1) * (x1 - x0))
+    if not hits:
+        return None
+    return hits[-1] if last else hits[0]
+
+
+def _rises(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """x where the piecewise-linear curve first rises from below 1 to 1 or above."""
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys, strict=True), zip(xs[1:], ys[1:], strict=True), strict=False):
+        if y0 < 1.0 <= y1:
+            return x0 + (1.0 - y0) / (y1 - y0) * (x1 - x0)
+    return None
+
+
+def _b(x: float | None) -> float | None:
+    """A log b back to b, rounded to 4 significant digits (finer than any b grid; stable bytes)."""
+    return None if x is None else float(f"{math.exp(x):.4g}")
+
+
+def _fmt(b: float | None) -> str:
+    return "open" if b is None else f"{b:g}"
+
+
+def crossover(points: Iterable[Point]) -> Crossover:
+    """b* of one (model, workload, drafter) from its speedup at each measured concurrency (see the module doc).
+    Points without a speedup are ignored; b must be distinct positive integers."""
+    pts = sorted(points, key=lambda p: p.b)
+    bs = [p.b for p in pts]
+    if len(set(bs)) != len(bs) or any(b < 1 for b in bs):
+        raise ValueError(f"crossover: concurrencies must be distinct and >= 1, got {bs}")
+    if not pts:
+        return Crossover(None, None, None, 0, "undecided (no concurrency measured)")
+    n = min(p.n for p in pts)
+    xs = [math.log(p.b) for p in pts]
+    sp = [p.speedup for p in pts]
+    verdicts = [p.verdict for p in pts]
+    span = f"b = {bs[0]}–{bs[-1]}, {len(bs)} concurrencies"
+    if all(v.startswith("faster") for v in verdicts):
+        return Crossover(None, float(bs[-1]), None, n, f"pays at every measured b ({span}): b* above {bs[-1]}")
+    if all(v.startswith("slower") for v in verdicts):
+        where = "even one request at a time: no b*" if bs[0] == 1 else f"b* below {bs[0]}, if any"
+        note = f"costs at every measured b ({span}): {where}"
+        return Crossover(None, None, float(bs[0]), n, note)
+    star = _falls(xs, sp)
+    if star is None:
+        up = _rises(xs, sp)
+        if up is not None:
+            b_up = _b(up)
+            return Crossover(
+                b_up, None, None, n, f"rises through 1 at b* = {_fmt(b_up)}: costs below, pays above ({span})"
+            )
+        side = "above" if sp[0] > 1.0 else "at or below"
+        return Crossover(
+            None, None, None, n, f"undecided (speedup {side} 1 at every measured b, not every interval; {span})"
+        )
+    with_iv = all(p.lo is not None and p.hi is not None for p in pts)
+    lo_x = hi_x = None
+    if with_iv:
+        lo = [float(p.lo) for p in pts if p.lo is not None]
+        hi = [float(p.hi) for p in pts if p.hi is not None]
+        lo_x = xs[-1] if all(v > 1.0 for v in lo) else (_falls(xs, lo) if lo[0] > 1.0 else None)
+        hi_x = xs[0] if all(v < 1.0 for v in hi) else _falls(xs, hi, last=True)
+        if hi_x is not None and hi[-1] >= 1.0:  # hi falls through 1 but rises again: no b above which it costs
+            hi_x = None
+    b_lo, b_hi = _b(lo_x), _b(hi_x)
+    i = next(k for k in range(len(sp) - 1) if sp[k] > 1.0 >= sp[k + 1])
+    note = f"crosses 1 between b = {bs[i]} and b = {bs[i + 1]} ({span}); " + (
+        f"interval [{_fmt(b_lo)}, {_fmt(b_hi)}]" if with_iv else "no interval (n < 2 at some b)"
+    )
+    if sum(1 for k in range(len(sp) - 1) if (sp[k] > 1.0) != (sp[k + 1] > 1.0)) > 1:
+        note += "; the speedup crosses 1 more than once: b* is the first fall"
+    return Crossover(_b(star), b_lo, b_hi, n, note)
+
+
+def base_workload(workload: str) -> str:
+    """The config's workload of a cell's workload name: `code` for `code@b8` (`code` measured at b = 8)."""
+    from .paths import split_workload
+
+    return split_workload(workload)[0]
+
+
+def crossover_rows(speedup_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """crossover.parquet's rows from speedup.parquet's: one per (model, workload, drafter step) measured at a
+    concurrency (rows whose ``concurrency`` is null, the all-at-once point, are not on the b axis)."""
+    curves: dict[tuple[str, str, str], list[Point]] = {}
+    for s in speedup_rows:
+        if s.get("concurrency") is None:
+            continue
+        key = (s["model"], base_workload(s["workload"]), s["config"])
+        pts = curves.setdefault(key, [])
+        if s.get("speedup") is None or s.get("status") not in ("ok", "partial"):
+            continue
+        n = min(int(s.get("n") or 0), int(s.get("n_baseline") or 0))
+        b, sp, lo, hi = int(s["concurrency"]), float(s["speedup"]), s.get("speedup_lo"), s.get("speedup_hi")
+        pts.append(Point(b, sp, lo, hi, str(s["verdict"]), n))
+    out = []
+    for (model, workload, step), pts in sorted(curves.items()):
+        c = crossover(pts)
+        out.append(
+            {
+                "model": model,
+                "workload": workload,
+                "step": step,
+                "b_star": c.b_star,
+                "b_star_lo": c.b_star_lo,
+                "b_star_hi": c.b_star_hi,
+                "n": c.n,
+                "note": c.note,
+            }
+        )
+    return out
+
+
+def sentence(xrows: Sequence[dict[str, Any]], baseline: str) -> str:
+    """The README's sentence about a run's crossovers: b* with its interval where there is one, otherwise
+    the case (pays or costs at every measured b, undecided)."""
+    parts = []
+    for x in xrows:
+        name = f"{x['model']}/{x['workload']}/{x['step']}"
+        if x["note"].startswith("crosses"):
+            parts.append(f"{name} b* = {x['b_star']:g} [{_fmt(x['b_star_lo'])}, {_fmt(x['b_star_hi'])}]")
+        else:
+            parts.append(f"{name} {x['note'].split(' (')[0].split(':')[0]}")
+    return (
+        f"Against {baseline} at the same concurrency b, the speedup falls through 1 at b* (interpolated on "
+        f"log b; [where the 95 % interval's bounds do], open past the measured b): {'; '.join(parts)}."
+    )
