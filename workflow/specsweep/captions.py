@@ -239,9 +239,7 @@ def captions(
     mine = [c for c in data.cells if c[0] == headline]
     device = next((r["device_name"] for r in data.rows_of(mine) if r.get("device_name")), "unknown device")
     per_engine = "each repeat on its own engine start" if data.engine_per_repeat else "caches reset between passes"
-    foot = (
-        f"\n\nModel **{headline}** on {device}; {data.n_text(mine)}, {per_engine}: medians with [95 % intervals]."
-    )
+    foot = f"\n\nModel **{headline}** on {device}; {data.n_text(mine)}, {per_engine}: medians with [95 % intervals]."
     missing = [f"{w}/{c}" for (_, w, c) in mine if not data.n((headline, w, c))]
     fewer = [
         f"{w}/{c} (n={data.n((headline, w, c))})" for (_, w, c) in mine if 0 < data.n((headline, w, c)) < data.repeats

@@ -433,8 +433,8 @@ def _c4(
         b = all_cells.get((s["model"], s["workload"], study.baseline), {})
         c_hi, b_lo = c.get("gpu_util_mean_hi"), b.get("gpu_util_mean_lo")
         c_lo, b_hi = c.get("gpu_util_mean_lo"), b.get("gpu_util_mean_hi")
-        falls = None if None in (c_hi, b_lo) else c_hi < b_lo
-        not_lower = None not in (c_lo, b_hi) and c_lo >= b_hi
+        falls = c_hi < b_lo if c_hi is not None and b_lo is not None else None
+        not_lower = c_lo is not None and b_hi is not None and c_lo >= b_hi
         v = str(s["verdict"])
         if v.startswith("faster") and falls:
             d = "confirmed"
