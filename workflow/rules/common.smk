@@ -1,4 +1,5 @@
 import os
+import json
 import re
 import sys
 from pathlib import Path
@@ -196,8 +197,18 @@ def reported_table_paths() -> list:
 from specsweep.figures import planned_figures  # noqa: E402
 
 
+def left_out_before() -> set[str]:
+    """The figures the last render left out (its manifest's left_out: e.g. figure 8 of a partial run whose
+    R comes from single repeats), which the report cannot hold."""
+    manifest = Path(f"figures/{RUN}/manifest.json")
+    if not manifest.is_file():
+        return set()
+    return set(json.loads(manifest.read_text()).get("left_out") or {})
+
+
 def figure_paths() -> list[str]:
-    drawn = planned_figures(STUDY)
+    left = left_out_before()
+    drawn = [f for f in planned_figures(STUDY) if f not in left]
     return (
         [f"figures/{RUN}/{f}.{ext}" for f in drawn for ext in ("png", "svg")]
         + [f"figures/{RUN}/captions/{f}.rst" for f in drawn]
