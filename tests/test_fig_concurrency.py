@@ -103,14 +103,17 @@ def conc_tables(tmp_path_factory) -> Path:
 
 def test_figure_9_renders_byte_identical(conc_tables, tmp_path):
     m1, m2 = _render(conc_tables, tmp_path / "a"), _render(conc_tables, tmp_path / "b")
-    assert m1 == m2 and list(m1["figures"]) == list(FIGURES) and m1["left_out"] == {}
+    assert m1 == m2 and set(m1["figures"]) | set(m1["left_out"]) == set(FIGURES)
+    assert CONCURRENCY_FIGURE in m1["figures"]  # figures 1-8 without their cells here are left out, named
     for rel in (f"{CONCURRENCY_FIGURE}.png", f"{CONCURRENCY_FIGURE}.svg", f"captions/{CONCURRENCY_FIGURE}.rst"):
         assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
     fig9 = m1["figures"][CONCURRENCY_FIGURE]
     # every cell at a concurrency, none at the all-at-once point; figures 1-8 the other way round
     assert len(fig9["cells"]) == 2 * len(BS) * 3 and fig9["missing"] == []
     assert all("@b" in c["workload"] for c in fig9["cells"])
-    assert all("@b" not in c["workload"] for s in FIGURES[:-1] for c in m1["figures"][s]["cells"])
+    assert all(
+        "@b" not in c["workload"] for s in m1["figures"] if s != CONCURRENCY_FIGURE for c in m1["figures"][s]["cells"]
+    )
     assert "n = 3 repeats per cell" in (tmp_path / "a" / f"{CONCURRENCY_FIGURE}.svg").read_text()
 
 
@@ -135,7 +138,7 @@ def test_figure_9_marks_the_crossovers_of_the_tables(conc_tables):
 def test_run_without_a_concurrency_axis_leaves_figure_9_out(tmp_path):
     constructed_tables(tmp_path / "t", axis=False)
     m = _render(tmp_path / "t", tmp_path / "f")
-    assert list(m["figures"]) == list(drawn_figures(False)) == list(FIGURES[:-1])
+    assert CONCURRENCY_FIGURE not in m["figures"] and set(m["figures"]) <= set(drawn_figures(False))
     assert "no concurrency axis" in m["left_out"][CONCURRENCY_FIGURE]
     assert not (tmp_path / "f" / f"{CONCURRENCY_FIGURE}.png").exists()
     assert not (tmp_path / "f" / "captions" / f"{CONCURRENCY_FIGURE}.rst").exists()

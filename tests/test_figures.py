@@ -244,7 +244,7 @@ def test_captions_read_the_data(paper_tables, tmp_path):
     tables_dir, study = paper_tables
     text = captions(tables_dir, study.raw["headline_model"])
     assert list(text) == list(FIGURES)
-    assert "n = 3" in text["fig1_headline"]
+    assert "n = 3" in text["fig1_headline"].replace("\\", "")  # the caption is reST: data is escaped
     assert "gmu 0.80" in text["fig1_headline"] and "PIECEWISE" in text["fig1_headline"]
     assert "32" in text["fig1_headline"]
     # another ladder in the tables gives another caption: nothing is typed in
@@ -270,3 +270,56 @@ def test_captions_read_the_data(paper_tables, tmp_path):
             caption, writer="null", settings_overrides={"warning_stream": err, "report_level": 1}
         )
         assert err.getvalue() == "", f"{stem}: {err.getvalue()}"
+
+
+def test_a_figure_without_data_is_left_out_and_named(tmp_path):
+    """No sonnet cell of the headline model measured: figure 3 is not drawn (no empty axes) and the manifest's
+    left_out names it with the reason; the caption is not written either."""
+    study = paper_study()
+    headline = study.raw["headline_model"]
+    drop = tuple((headline, "sonnet", c) for c in study.ladder)
+    synthetic_tables(tmp_path / "t", study, drop=drop)
+    m = render_all(tmp_path / "t", tmp_path / "f", headline, study.run)
+    write_captions(tmp_path / "t", headline, tmp_path / "f" / "captions", left_out=m["left_out"])
+    assert list(m["left_out"]) == ["fig3_sonnet_ladder", "fig9_concurrency"]  # fig9: no concurrency axis
+    assert m["left_out"]["fig3_sonnet_ladder"].startswith("no measured cell among the")
+    assert "fig3_sonnet_ladder" not in m["figures"]
+    assert not (tmp_path / "f" / "fig3_sonnet_ladder.png").exists()
+    assert not (tmp_path / "f" / "captions" / "fig3_sonnet_ladder.rst").exists()
+    assert (tmp_path / "f" / "fig1_headline.png").is_file()
+
+
+def test_random_weights_draw_no_figure_about_acceptance(paper_tables, tmp_path):
+    """The same tables with every model marked as random weights: figures 5 and 7 (speedup by size, K from
+    acceptance) have no real-weight cell left and are left out; the config of a random-weight run leaves out
+    every figure but 8 before any cell exists."""
+    from specsweep.config import load_study
+    from specsweep.figures import left_out_by_config, planned_figures
+
+    tables_dir, study = paper_tables
+    m = render_all(tables_dir, tmp_path / "f", study.raw["headline_model"], study.run, dummy=set(study.models))
+    assert {"fig5_model_size", "fig7_k_predicted"} <= set(m["left_out"])
+    shapes = load_study(ROOT / "config" / "h200-shapes.yaml")
+    left = left_out_by_config(shapes)
+    assert list(left) == list(FIGURES[:-1]) and planned_figures(shapes) == ["fig8_r_at_scale"]
+    assert all("random weights" in why for why in left.values())
+    assert left_out_by_config(study) == {} and planned_figures(study) == list(FIGURES)
+
+
+def test_a_panel_without_data_is_left_out(tmp_path):
+    """GPU utilisation measured nowhere (a CPU run): figure 6 draws throughput and wall time only and says
+    which panel it left out."""
+    study = paper_study()
+    synthetic_tables(tmp_path / "t", study)
+    cells = pq.read_table(tmp_path / "t" / "cells.parquet")
+    rows = cells.to_pylist()
+    for r in rows:
+        for suffix in ("median", "lo", "hi", "cv"):
+            r[f"gpu_util_mean_{suffix}"] = None
+    meta = {k.decode(): v.decode() for k, v in cells.schema.metadata.items()}
+    pq.write_table(tables._table(rows, tables.CELL_COLUMNS, meta), tmp_path / "t" / "cells.parquet")
+    m = render_all(tmp_path / "t", tmp_path / "f", study.raw["headline_model"], study.run)
+    notes = m["figures"]["fig6_gpu_util"]["notes"]
+    assert any(n.startswith("panel 'GPU utilisation' left out") for n in notes)
+    svg = (tmp_path / "f" / "fig6_gpu_util.svg").read_text()
+    assert "GPU utilisation (mean %)" not in svg and "generation wall time (s)" in svg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,15 @@ import pytest
 from conftest import ROOT
 from specsweep.captions import write_captions
 from specsweep.config import load_study
-from specsweep.figures import drawn_figures, load_k_ref, load_r_runs, render_all
+from specsweep.figures import (
+    FIGURES,
+    dummy_models,
+    left_out_by_config,
+    load_k_ref,
+    load_r_runs,
+    planned_figures,
+    render_all,
+)
 from specsweep.tables import build_tables
 
 #: committed runs: config, cells in the tables, what the run holds
@@ -38,13 +47,30 @@ def test_reference_run_rerenders_byte_identical(run, tmp_path, monkeypatch):
         assert (tmp_path / "tables" / f.name).read_bytes() == f.read_bytes(), f.name
     k_ref = load_k_ref(study.raw, ROOT / "results" / run / "tables")
     r_runs = load_r_runs(study.raw, ROOT / "results" / run / "tables")
-    render_all(tmp_path / "tables", tmp_path / "figs", study.raw["headline_model"], study.run, k_ref, r_runs)
-    write_captions(tmp_path / "tables", study.raw["headline_model"], tmp_path / "figs" / "captions", r_runs=r_runs)
+    manifest = render_all(
+        tmp_path / "tables",
+        tmp_path / "figs",
+        study.raw["headline_model"],
+        study.run,
+        k_ref,
+        r_runs,
+        dummy=dummy_models(study),
+        left_out=left_out_by_config(study),
+    )
+    write_captions(
+        tmp_path / "tables",
+        study.raw["headline_model"],
+        tmp_path / "figs" / "captions",
+        r_runs=r_runs,
+        dummy=dummy_models(study),
+        left_out=manifest["left_out"],
+    )
     committed = sorted(
         p.relative_to(ROOT / "figures" / run) for p in (ROOT / "figures" / run).rglob("*") if p.is_file()
     )
-    # png + svg + caption per figure, the manifest; no committed run has a concurrency axis (no figure 9)
-    assert len(committed) == 3 * len(drawn_figures(False)) + 1
+    drawn = list(manifest["figures"])
+    assert set(drawn) | set(manifest["left_out"]) == set(FIGURES)
+    assert len(committed) == 3 * len(drawn) + 1  # png + svg + caption per figure drawn, the manifest
     for rel in committed:
         assert (tmp_path / "figs" / rel).read_bytes() == (ROOT / "figures" / run / rel).read_bytes(), rel
 
@@ -106,3 +132,47 @@ def test_figure_8_keeps_fp8_sizes_on_lines_of_their_own():
     notes = notes["fig8_r_at_scale"]["notes"]
     assert any("run h200-fp8-shapes" in n and "quantized to fp8" in n for n in notes)
     assert any("single repeat" in n and "qwen2.5-32b-instruct/code-t1/ngram" in n for n in notes)
+
+
+def test_random_weight_runs_draw_only_what_random_weights_measure():
+    """The shape runs (every model `weights: dummy`) draw figure 8 (R) only; the manifest names every figure
+    left out with the reason, and Snakemake's list of figures is the same."""
+    for run in ("h200-shapes", "h200x2-shapes", "h200-fp8-shapes"):
+        study = load_study(ROOT / "config" / f"{run}.yaml")
+        assert planned_figures(study) == ["fig8_r_at_scale"]
+        manifest = json.loads((ROOT / "figures" / run / "manifest.json").read_text())
+        assert list(manifest["figures"]) == ["fig8_r_at_scale"]
+        assert list(manifest["left_out"]) == [f for f in FIGURES if f != "fig8_r_at_scale"]
+        for stem, why in manifest["left_out"].items():
+            assert ("no concurrency axis" if stem == "fig9_concurrency" else "random weights") in why, (run, stem)
+            assert not (ROOT / "figures" / run / f"{stem}.png").exists()
+
+
+def test_figure_8_has_no_prediction_panel_and_a_readable_band():
+    """Figure 8 is R only (speedup = T / R; no K / R prediction), on a log axis that ends a little above the
+    largest median: the 0.5B whiskers up to 21.4 are clipped and labelled, so the article's 1.25-1.40 band keeps
+    a readable height."""
+    from specsweep.figures import ARTICLE_R_BAND, R_HEADROOM
+
+    svg = (ROOT / "figures" / "h200-shapes" / "fig8_r_at_scale.svg").read_text()
+    assert "PREDICTION" not in svg and "K / R" not in svg
+    notes = json.loads((ROOT / "figures" / "h200-shapes" / "manifest.json").read_text())["figures"]
+    notes = notes["fig8_r_at_scale"]["notes"]
+    # passes on one engine are technical replicates: no interval, so no whisker (the 0.5B one reached 21.4)
+    assert not [n for n in notes if n.startswith("whiskers clipped")]
+    # the band's share of the log axis: 1.25-1.40 against 0.95 .. 8.55 x R_HEADROOM
+    lo, hi = ARTICLE_R_BAND
+    share = math.log(hi / lo) / math.log(8.55 * R_HEADROOM / 0.95)
+    assert share > 0.04  # against 0.01 of a linear axis up to the whisker's 21.37
+    caption = (ROOT / "figures" / "h200-shapes" / "captions" / "fig8_r_at_scale.rst").read_text().replace("\\", "")
+    assert "predicted" not in caption and "n = 3 repeats per cell" in caption
+
+
+def test_footers_state_the_n_the_cells_have():
+    """h200-smollm2 has every measured cell at n = 1 of 3 planned: footers and captions say so."""
+    for stem in ("fig1_headline", "fig7_k_predicted"):
+        svg = (ROOT / "figures" / "h200-smollm2" / f"{stem}.svg").read_text()
+        assert "n = 1 repeat per cell (3 planned)" in svg, stem
+        assert "n = 3" not in svg, stem
+        caption = (ROOT / "figures" / "h200-smollm2" / "captions" / f"{stem}.rst").read_text().replace("\\", "")
+        assert "n = 1 repeat per cell (3 planned)" in caption and "n = 3" not in caption, stem

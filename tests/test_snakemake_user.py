@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -28,7 +29,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from conftest import ROOT, sonnet_path
-from specsweep.figures import FIGURES, drawn_figures
+from specsweep.figures import FIGURES
 from specsweep.jobenv import cli_command, interpreter_note
 
 #: What a plain checkout holds that Snakemake reads.
@@ -465,12 +466,15 @@ def test_report_of_the_reference_run_holds_descriptions_and_numbers(checkout, li
     snakemake_in(checkout, env, "--configfile", "config/h200.yaml", "--report", str(tmp_path / "report.html"))
     html = (tmp_path / "report.html").read_text()
     assert "specsweep measures vLLM" in html and "<strong>h200-smollm2</strong>" in html  # workflow.rst
-    for name in drawn_figures(False):  # h200-smollm2 has no concurrency axis: no figure 9
+    manifest = json.loads((ROOT / "figures" / "h200-smollm2" / "manifest.json").read_text())
+    assert list(manifest["left_out"]) == ["fig8_r_at_scale"]  # R from single repeats: not drawn, not reported
+    assert '"figures/h200-smollm2/fig8_r_at_scale.png"' not in html
+    for name in manifest["figures"]:
         title = re.match(r"\*\*(.+?)\*\*", (ROOT / "workflow" / "report" / f"{name}.rst").read_text()).group(1)
         m = re.search(rf'"figures/h200-smollm2/{name}\.png": \{{.*?"caption": "(.*?)(?<!\\)"', html)
         assert m, f"{name} is not in the report"
         caption = m.group(1)
         assert f"<strong>{title}</strong>" in caption, name  # the fixed description ...
-        assert "smollm2-135m-instruct</strong> on NVIDIA H200; n = 3 repeat(s)" in caption, name  # ... the numbers
+        assert "smollm2-135m-instruct</strong> on NVIDIA H200; n = 1 repeat per cell (3 planned)" in caption, name
         if name == "fig2_r_vs_k_code":
             assert "ngram: K = 3.47 (n=1), T = 1.67 (n=1), R = 1.81 (n=1)" in caption

@@ -1,4 +1,5 @@
 import os
+import json
 import re
 import sys
 from pathlib import Path
@@ -193,20 +194,27 @@ def reported_table_paths() -> list:
     return out
 
 
-# The figure list has one home, specsweep.figures.FIGURES (the renderer and the captions use it too); a run
-# gets figure 9 only where a workload is measured at a concurrency (drawn_figures).
-from specsweep.figures import drawn_figures  # noqa: E402
-from specsweep.tables import concurrency_of  # noqa: E402
+# The figure list has one home, specsweep.figures.FIGURES (the renderer and the captions use it too).
+# A run draws those its config allows (random weights draw no figure about acceptance; the manifest names the
+# figures left out, with the reason).
+from specsweep.figures import planned_figures  # noqa: E402
 
-DRAWN_FIGURES = drawn_figures(
-    any(concurrency_of(STUDY, c) is not None for c in STUDY.cells)
-)
+
+def left_out_before() -> set[str]:
+    """The figures the last render left out (its manifest's left_out: e.g. figure 8 of a partial run whose
+    R comes from single repeats), which the report cannot hold."""
+    manifest = Path(f"figures/{RUN}/manifest.json")
+    if not manifest.is_file():
+        return set()
+    return set(json.loads(manifest.read_text()).get("left_out") or {})
 
 
 def figure_paths() -> list[str]:
+    left = left_out_before()
+    drawn = [f for f in planned_figures(STUDY) if f not in left]
     return (
-        [f"figures/{RUN}/{f}.{ext}" for f in DRAWN_FIGURES for ext in ("png", "svg")]
-        + [f"figures/{RUN}/captions/{f}.rst" for f in DRAWN_FIGURES]
+        [f"figures/{RUN}/{f}.{ext}" for f in drawn for ext in ("png", "svg")]
+        + [f"figures/{RUN}/captions/{f}.rst" for f in drawn]
         + [f"figures/{RUN}/manifest.json"]
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +196,7 @@ def _fig7(data: Tables, m: str) -> str:
         (c, p)
         for c in sorted(data.cells)
         if data.cells[c].get("method") not in (None, "none")
+        and c[0] not in data.dummy
         and (row := data.row(c)) is not None
         and (p := k_predictions(row)) is not None
     ]
@@ -233,8 +234,7 @@ def _fig8(data: Tables, _: str, others: Sequence[Tables] = ()) -> str:
         f"R (step time over {_e(data.baseline)}'s, decode steps where probed) per model size: "
         + ("; ".join(per) or "none measured")
         + (f" (runs {', '.join(map(_e, runs))}, each R within its own run)" if len(runs) > 1 else "")
-        + f". The article reports R {lo:.2f}–{hi:.2f} for Llama-3.3-70B at TP 8. Right: speedup predicted as "
-        "K of a real model over each size's R (a prediction, not a measurement)."
+        + f". The article reports R {lo:.2f}–{hi:.2f} for Llama-3.3-70B at TP 8."
     )
 
 
@@ -282,9 +282,19 @@ _CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
 }
 
 
-def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequence[Tables] = ()) -> dict[str, str]:
-    """One caption per figure of FIGURES the run gets (drawn_figures), in that order. ``run``: the tables'
-    run (default: their only run); ``r_runs``: other runs figure 8 draws R of (config r_at_scale_runs)."""
+def captions(
+    tables: Path,
+    headline: str,
+    run: str | None = None,
+    r_runs: Sequence[Tables] = (),
+    *,
+    dummy: Iterable[str] = (),
+    left_out: Iterable[str] = (),
+) -> dict[str, str]:
+    """One caption per figure of FIGURES the run gets (drawn_figures) and draws, in that order. ``run``: the
+    tables' run (default: their only
+    run); ``r_runs``: other runs figure 8 draws R of (config r_at_scale_runs); ``dummy``: the models with
+    random weights; ``left_out``: the figures not drawn (the manifest's ``left_out``), which get no caption."""
     if set(_CAPTIONS) != set(FIGURES):
         raise ValueError(f"captions and figures disagree: {sorted(set(_CAPTIONS) ^ set(FIGURES))}")
     if run is None:
@@ -294,11 +304,12 @@ def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequen
         meta = ctab.schema.metadata or {}
         run = (meta.get(b"specsweep.run") or b"").decode() or ctab.column("run")[0].as_py()
     data = Tables.load(Path(tables), run)
+    data.dummy = frozenset(dummy)
     mine = [c for c in data.cells if c[0] == headline]
     device = next((r["device_name"] for r in data.rows_of(mine) if r.get("device_name")), "unknown device")
-    per_engine = "each on its own engine start" if data.engine_per_repeat else "passes on one engine, caches reset"
+    per_engine = "each repeat on its own engine start" if data.engine_per_repeat else "caches reset between passes"
     foot = (
-        f"\n\nModel **{_e(headline)}** on {_e(device)}; n = {data.repeats} repeat(s) per cell, {per_engine}: "
+        f"\n\nModel **{_e(headline)}** on {_e(device)}; {_e(data.n_text(mine))}, {per_engine}: "
         "medians with [95 % intervals over engine starts; none below 2 starts]."
     )
     missing = [f"{_e(w)}/{_e(c)}" for (_, w, c) in mine if not data.n((headline, w, c))]
@@ -314,15 +325,23 @@ def captions(tables: Path, headline: str, run: str | None = None, r_runs: Sequen
     out: dict[str, Any] = {
         stem: _fig8(data, headline, r_runs) if stem == "fig8_r_at_scale" else _CAPTIONS[stem](data, headline)
         for stem in drawn_figures(data.concurrency_axis)
+        if stem not in set(left_out)
     }
     return {k: check_rst(k, v + foot) for k, v in out.items()}
 
 
 def write_captions(
-    tables: Path, headline: str, out_dir: Path, run: str | None = None, r_runs: Sequence[Tables] = ()
+    tables: Path,
+    headline: str,
+    out_dir: Path,
+    run: str | None = None,
+    r_runs: Sequence[Tables] = (),
+    *,
+    dummy: Iterable[str] = (),
+    left_out: Iterable[str] = (),
 ) -> list[Path]:
     paths = []
-    for name, text in captions(tables, headline, run, r_runs).items():
+    for name, text in captions(tables, headline, run, r_runs, dummy=dummy, left_out=left_out).items():
         path = Path(out_dir) / f"{name}.rst"
         atomic_write_bytes(path, (text + "\n").encode())
         paths.append(path)

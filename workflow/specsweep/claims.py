@@ -1,32 +1,51 @@
 """The seed article's claims, decided by a run's tables (never typed by hand).
 
-Each claim gets `confirmed`, `refuted`, `undecided` (the intervals are too wide, n < 2 engine starts, technical
-replicates, or no per-prompt data for K; the reason in parentheses when every comparison shares it) or
-`not covered by this run` (the cells that decide it were not measured), with the numbers and the cells.
-Speedup verdicts follow stats.VERDICT_RULE.
+Each claim gets `confirmed`, `refuted`, `undecided (...)` (the intervals are too wide, n < 2, or the repeats
+are technical replicates), `not covered by this run` (with the true reason: no such cells, or random
+weights that say nothing about what the claim is about) or `not decidable on CPU`, with the rule that
+decided it, its numbers and the cells. The rules (each claim's `rule` says the same in claims.md):
 
-C1  models <= 7B regress with any drafter             every speculative cell of such a model: verdict slower
-C2  suffix K >> ngram K on code                         suffix K interval (over prompts) above ngram's, ratio >= 1.5
-C3  PIECEWISE beats FULL with suffix on chat            trident (PIECEWISE) over suffix-full (FULL): faster
-C4  GPU utilisation falls while throughput rises       trident vs baseline: faster, and lower GPU utilisation
-C5  the linear form predicts K better than Leviathan's  mean |error| of each against measured K (see below)
-C6  R within 1.25-1.40, independent of the workload     R over decode steps, every interval inside the band
-C7  chat K > sonnet K                                   per method, chat's K interval (over prompts) above sonnet's
-C8  models >= 14B are net-positive                      every trident cell of such a model: verdict faster
-C9  below b* the drafter pays, above it costs           per drafter and workload measured at several concurrencies
-                                                        b: its speedup falls through 1 at b* (crossover.py), the
-                                                        interval's ends inside the measured b (decide_c9); runs
-                                                        with a concurrency axis only
+C1  models <= 7B regress with any drafter     every speculative cell of a real-weight model <= 7B: slower
+C2  suffix K >> ngram K on code                 suffix K interval above ngram's, median ratio >= 1.5
+C3  PIECEWISE beats FULL with suffix on chat    trident (PIECEWISE) over suffix-full (FULL) tok/s: faster
+C4  GPU utilisation falls while throughput rises  measured utilisation (cells' gpu.util_mean) of a
+                                                speculative cell below its baseline's, and faster
+C5  the linear form predicts K better than Leviathan's  a form is refuted when it misses every cell in one
+                                                direction (see below); decided by which form survives
+C6  R within 1.25-1.40, independent of workload  R at >= 32B (the article's regime) per workload; random
+                                                weights give R0 only (drafts all rejected: K <= 1.05)
+C7  chat K > sonnet K                           per method, chat's K interval above sonnet's
+C8  models >= 14B are net-positive              every trident cell of such a model: faster
+C9  below b* the drafter pays, above it costs   per drafter and workload measured at several concurrencies b:
+                                                its speedup falls through 1 at b* (crossover.py), the interval's
+                                                ends inside the measured b (decide_c9); runs with that axis only
 
-Cells of `weights: dummy` models (random weights) enter C6 only: they measure step time, not acceptance.
+K's intervals (C2, C7) are over prompts, from the cells' per-request data; cells without it give no K
+interval and the comparison is `undecided (no per-prompt data)`.
+
+Throughput verdicts are the tables' (`stats.verdict`: `faster` / `slower` / `equivalent` / `undecided` /
+`missing`, tested with `startswith`). Where a run's repeats are passes on one engine (technical replicates,
+`engine_per_repeat: false`) no claim that rests on a throughput or step-time interval is decided:
+`undecided (technical replicates)`, with what the intervals say beside it. A CPU run decides none of the
+article's claims (a 135M model on a few CPU cores is not the article's regime: `not decidable on CPU`); it
+answers its own question instead, entry `CPU`: does the pipeline work end to end (every planned measurement
+ok) and do its own repeats agree (every cell's CV of tok/s over engine starts <= CPU_CV_MAX).
+
+Cells of `weights: dummy` models (random weights) measure step time, never acceptance: they enter C6 (R0)
+only; the other claims say "random weights" where only such cells exist.
 
 C5's predictions use the acceptance at draft position 1, p1 = accepted at position 1 / drafts (not the
 pooled alpha, from which K = 1 + alpha * mean draft length holds by construction), and the mean draft
-length g: linear K = 1 + p1 * g; Leviathan (i.i.d. acceptance) K = (1 - p1^(g+1)) / (1 - p1).
+length g: linear K = 1 + p1 * g; Leviathan (i.i.d. acceptance) K = (1 - p1^(g+1)) / (1 - p1). Each
+prediction's interval comes from p1's Wilson 95 % interval (both forms rise with p1); a form misses a cell
+high when its interval lies above the cell's measured K interval (its median when n < 2), low when below.
+The conditional acceptance curve (accepted at i / accepted at i-1) says why: Leviathan assumes it flat at p1.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 from . import stats
@@ -36,18 +55,62 @@ LABELS = {
     "C1": "models <= 7B regress with any drafter",
     "C2": "suffix K >> ngram K on code",
     "C3": "PIECEWISE beats FULL with suffix on chat",
-    "C4": "GPU utilisation falls while throughput rises (trident vs baseline)",
+    "C4": "GPU utilisation falls while throughput rises (speculative vs baseline)",
     "C5": "linear K model fits better than Leviathan's closed form",
     "C6": "R within 1.25-1.40 and independent of workload",
     "C7": "chat K > sonnet K",
     "C8": "models >= 14B are net-positive with trident",
+    "CPU": "the pipeline works end to end and its own repeats agree (the CPU profile's question)",
 }
 NOT_COVERED = "not covered by this run"
+NOT_ON_CPU = "not decidable on CPU"
+TECHNICAL = "undecided (technical replicates)"
 R_BAND = (1.25, 1.40)
+#: C6: the article's regime (its R was measured for Llama-3.3-70B at TP 8); smaller models' R is larger.
+R_MIN_PARAMS_B = 32.0
+#: C6: a random-weight cell with K at most this measures R0 (all drafts rejected, or none made).
+R0_MAX_K = 1.05
+#: The CPU entry: a cell's repeats agree when the CV of its tok/s over engine starts is at most this.
+CPU_CV_MAX = 0.10
+RANDOM_WEIGHTS = "random weights (`weights: dummy`): say nothing about acceptance, K or a usable speedup"
+#: The verdict rule of the tables, quoted in claims.md.
+VERDICT_RULE: str = stats.VERDICT_RULE
+
+RULES = {
+    "C1": "confirmed when every speculative cell of a real-weight model <= 7B is `slower`; refuted when any is "
+    "`faster` or `equivalent`; else undecided",
+    "C2": "per model on code: confirmed when suffix's K interval lies above ngram's and the median ratio is "
+    ">= 1.5; refuted when below; else undecided; all models must agree",
+    "C3": "trident (PIECEWISE) over suffix-full (FULL) on chat, tok/s ratio with its interval: `faster` "
+    "confirms, `slower` or `equivalent` refutes, else undecided",
+    "C4": "per speculative cell with GPU utilisation measured on both sides (trident's where it exists): "
+    "confirmed when `faster` and its utilisation interval lies below the baseline's; refuted when `slower` / "
+    "`equivalent` or its utilisation interval is not below; else undecided",
+    "C5": "a form is refuted when its prediction interval (from p1's Wilson 95 % interval) misses every cell "
+    "(>= 2) in one direction; confirmed when the linear form stands and Leviathan's is refuted, refuted when the "
+    "linear form is, else undecided",
+    "C6": f"R (decode steps where probed) per workload and drafter of every model >= {R_MIN_PARAMS_B:g}B; random "
+    f"weights: R0 only (K <= {R0_MAX_K}); confirmed when every interval lies inside {R_BAND[0]:.2f}-{R_BAND[1]:.2f}, "
+    "refuted when any lies wholly outside, else undecided",
+    "C7": "per model and method: confirmed when chat's K interval lies above sonnet's; refuted when below; "
+    "else undecided; all must agree",
+    "C8": "confirmed when every trident cell of a model >= 14B is `faster`; refuted when any is `slower` or "
+    "`equivalent`; else undecided",
+    "CPU": f"confirmed when every planned measurement is ok and every cell's CV of tok/s over its engine "
+    f"starts is <= {CPU_CV_MAX:.0%} (n >= 2); refuted when a measurement failed or is missing, or a CV is "
+    "above it; else undecided",
+}
 
 
 def _claim(cid: str, verdict: str, evidence: str, cells: list[str]) -> dict[str, Any]:
-    return {"id": cid, "claim": LABELS[cid], "verdict": verdict, "evidence": evidence, "cells": sorted(cells)}
+    return {
+        "id": cid,
+        "claim": LABELS[cid],
+        "verdict": verdict,
+        "rule": RULES[cid],
+        "evidence": evidence,
+        "cells": sorted(set(cells)),
+    }
 
 
 def _f(v: Any, d: int = 2) -> str:
@@ -58,38 +121,55 @@ def _iv(p: Any, lo: Any, hi: Any, d: int = 2, none: str = " (n<2)") -> str:
     """'p [lo, hi]', or p and `none` (why there is no interval) when there is none."""
     if p is None:
         return "–"
-    return f"{p:.{d}f}" + (f" [{lo:.{d}f}, {hi:.{d}f}]" if lo is not None else none)
+    return f"{p:.{d}f}" + (f" [{lo:.{d}f}, {hi:.{d}f}]" if lo is not None and hi is not None else none)
 
 
 #: Why a K has no interval: K's interval is over prompts, from the cells' per-request data.
 NO_PROMPTS = " (no per-prompt data)"
 
 
-def _all_verdicts(rows: list[dict[str, Any]], want: str) -> str:
-    verdicts = [r["verdict"] for r in rows]
+def _name(r: dict[str, Any]) -> str:
+    return f"{r['model']}/{r['workload']}/{r['config']}"
+
+
+def _combine(verdicts: list[str]) -> str:
     if not verdicts:
         return NOT_COVERED
-    if all(v == want for v in verdicts):
+    if all(v == "confirmed" for v in verdicts):
         return "confirmed"
-    other = "faster" if want == "slower" else "slower"
-    if any(v == other for v in verdicts):
+    if any(v == "refuted" for v in verdicts):
         return "refuted"
-    return "undecided"
+    return verdicts[0] if len(set(verdicts)) == 1 else "undecided"  # an undecided reason all of them share
 
 
-def _speedup_claim(cid: str, sp: list[dict[str, Any]], keep: Any, want: str) -> dict[str, Any]:
-    rows = [s for s in sp if s["status"] in ("ok", "partial") and s["speedup"] is not None and keep(s)]
-    ev = "; ".join(
-        f"{s['model']}/{s['workload']}/{s['config']} {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3, '')}"
-        f" {s['verdict']}"
-        for s in rows
-    )
-    return _claim(
-        cid,
-        _all_verdicts(rows, want),
-        ev or "no such cells",
-        [f"{s['model']}/{s['workload']}/{s['config']}" for s in rows],
-    )
+def _speedup_claim(
+    cid: str,
+    sp: list[dict[str, Any]],
+    dummy: set[str],
+    tech: bool,
+    keep: Callable[[dict[str, Any]], bool],
+    want: str,
+) -> dict[str, Any]:
+    """Every kept row's verdict must be `want` (confirmed); any opposite or `equivalent` refutes."""
+    found = [s for s in sp if s["status"] in ("ok", "partial") and s["speedup"] is not None and keep(s)]
+    rows = [s for s in found if s["model"] not in dummy]
+    if not rows:
+        why = f"only {RANDOM_WEIGHTS}" if found else "no such cells"
+        return _claim(cid, NOT_COVERED, why, [_name(s) for s in found])
+    ev = "; ".join(f"{_name(s)} {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)} {s['verdict']}" for s in rows)
+    other = "faster" if want == "slower" else "slower"
+    verdicts = [str(s["verdict"]) for s in rows]
+    if all(v.startswith(want) for v in verdicts):
+        verdict = "confirmed"
+    elif any(v.startswith((other, "equivalent")) for v in verdicts):
+        verdict = "refuted"
+    else:
+        verdict = "undecided"
+    if tech or any("technical replicates" in v for v in verdicts):
+        if verdict != "undecided":
+            ev = f"the verdicts alone would say {verdict}; {ev}"
+        verdict = TECHNICAL
+    return _claim(cid, verdict, ev, [_name(s) for s in rows])
 
 
 def _above(a: dict[str, Any], b: dict[str, Any], m: str) -> str:
@@ -105,50 +185,114 @@ def _above(a: dict[str, Any], b: dict[str, Any], m: str) -> str:
     return "undecided"
 
 
-def _combine(verdicts: list[str]) -> str:
-    if not verdicts:
-        return NOT_COVERED
-    if all(v == "confirmed" for v in verdicts):
-        return "confirmed"
-    if any(v == "refuted" for v in verdicts):
-        return "refuted"
-    return verdicts[0] if len(set(verdicts)) == 1 else "undecided"  # an undecided reason all of them share
+def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score 95 % interval of a proportion k / n."""
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _linear(p1: float, g: float) -> float:
+    return 1 + p1 * g
+
+
+def _leviathan(p1: float, g: float) -> float:
+    return (1 - p1 ** (g + 1)) / (1 - p1) if p1 < 1 else g + 1
 
 
 def k_predictions(c: dict[str, Any]) -> dict[str, Any] | None:
-    """Measured K and the two predictions from position-1 acceptance (see the module doc)."""
+    """Measured K and the two predictions from position-1 acceptance, each with the interval p1's Wilson
+    interval gives (see the module doc), and the conditional acceptance per draft position."""
     drafts, dtok, pos = c.get("drafts"), c.get("draft_tokens"), c.get("accepted_per_pos")
     if not drafts or not dtok or not pos or c.get("K_median") is None:
         return None
     p1 = pos[0] / drafts
     g = dtok / drafts
-    lin = 1 + p1 * g
-    lev = (1 - p1 ** (g + 1)) / (1 - p1) if p1 < 1 else g + 1
+    p1_lo, p1_hi = wilson(pos[0], drafts)
+    lin, lev = _linear(p1, g), _leviathan(p1, g)
     cond = [pos[i] / pos[i - 1] if i and pos[i - 1] else (pos[0] / drafts if i == 0 else None) for i in range(len(pos))]
     return {
         "K": c["K_median"],
+        "K_lo": c.get("K_lo"),
+        "K_hi": c.get("K_hi"),
         "p1": p1,
+        "p1_lo": p1_lo,
+        "p1_hi": p1_hi,
         "mean_draft": g,
         "K_linear": lin,
+        "K_linear_lo": _linear(p1_lo, g),
+        "K_linear_hi": _linear(p1_hi, g),
         "K_leviathan": lev,
+        "K_leviathan_lo": _leviathan(p1_lo, g),
+        "K_leviathan_hi": _leviathan(p1_hi, g),
         "err_linear": lin - c["K_median"],
         "err_leviathan": lev - c["K_median"],
         "conditional_acceptance": cond,
     }
 
 
+def miss(pred: dict[str, Any], form: str) -> str:
+    """`over` when the form's prediction interval lies above the measured K (its interval, or its median at
+    n < 2), `under` when below, else `fits`."""
+    lo, hi = pred[f"K_{form}_lo"], pred[f"K_{form}_hi"]
+    k_lo = pred["K_lo"] if pred["K_lo"] is not None else pred["K"]
+    k_hi = pred["K_hi"] if pred["K_hi"] is not None else pred["K"]
+    if lo > k_hi:
+        return "over"
+    if hi < k_lo:
+        return "under"
+    return "fits"
+
+
+def form_verdict(preds: list[dict[str, Any]], form: str) -> tuple[bool, str]:
+    """(refuted, text): refuted when every cell (at least two) is missed in the same direction."""
+    misses = [miss(p, form) for p in preds]
+    errs = [p[f"K_{form}"] - p["K"] for p in preds]
+    counts = {m: misses.count(m) for m in ("over", "under", "fits") if misses.count(m)}
+    refuted = len(preds) >= 2 and len(counts) == 1 and "fits" not in counts
+    text = (
+        f"{form} "
+        + ", ".join(f"{m}-predicts {n}" if m != "fits" else f"fits {n}" for m, n in counts.items())
+        + f" of {len(preds)} (error {min(errs):+.2f} to {max(errs):+.2f})"
+    )
+    return refuted, text
+
+
+def _rising(pred: dict[str, Any], c: dict[str, Any]) -> bool | None:
+    """Conditional acceptance at position 2 above p1 with disjoint Wilson intervals (positive correlation
+    between positions, which Leviathan's i.i.d. form ignores); None when position 2 was never reached."""
+    pos = c["accepted_per_pos"]
+    if len(pos) < 2 or not pos[0]:
+        return None
+    lo2, hi2 = wilson(pos[1], pos[0])
+    if lo2 > pred["p1_hi"]:
+        return True
+    if hi2 < pred["p1_lo"]:
+        return False
+    return None
+
+
+def _sync_step(study: Study) -> str | None:
+    """The control ladder step that is the baseline with async scheduling off (`vanilla-sync`), if any."""
+    for name, st in study.ladder.items():
+        if st.method == "none" and name != study.baseline and (st.engine or {}).get("async_scheduling") is False:
+            return name
+    return None
+
+
 def decide(
     study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]], rows: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     out = []
-    # Random (dummy) weights measure step times, never acceptance: only C6 (R) reads their cells; the claims
-    # about K, acceptance and speedup read real-weight cells only.
     dummy = {m for m, spec in study.models.items() if spec.weights == "dummy"}
+    tech = not study.engine_per_repeat
     r_sp = [s for s in sp if s["method"] != "none"]
-    spec_sp = [s for s in r_sp if s["model"] not in dummy]
-    out.append(_speedup_claim("C1", spec_sp, lambda s: s["model_params_b"] <= 7.0, "slower"))
+    out.append(_speedup_claim("C1", r_sp, dummy, tech, lambda s: s["model_params_b"] <= 7.0, "slower"))
 
-    cells = {(c["model"], c["workload"], c["config"]): c for c in crow if c["n"] and c["model"] not in dummy}
+    all_cells = {(c["model"], c["workload"], c["config"]): c for c in crow if c["n"]}
+    cells = {k: c for k, c in all_cells.items() if k[0] not in dummy}
     steps = study.ladder
 
     def step_of(method: str, mode: str | None = None) -> list[str]:
@@ -157,6 +301,18 @@ def decide(
             for n, st in steps.items()
             if st.method == method and (mode is None or (st.compilation or {}).get("cudagraph_mode") == mode)
         ]
+
+    def series(m: str, w: str, cfg: str, metric: str) -> list[Any]:
+        return [
+            r[metric] for r in rows if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, cfg)
+        ]
+
+    def kind(workload: str) -> str | None:
+        spec = study.workloads.get(workload)
+        return spec.kind if spec is not None else None
+
+    def only_dummy(keep: Callable[[tuple[str, str, str]], bool]) -> bool:
+        return any(keep(k) for k in all_cells if k[0] in dummy) and not any(keep(k) for k in cells)
 
     # C2
     verdicts, ev, used = [], [], []
@@ -174,9 +330,11 @@ def decide(
             used += [f"{m}/{w}/{cfg}", f"{m}/{w}/{ng}"]
             ev.append(
                 f"{m}: suffix K {_iv(c['K_median'], c['K_lo'], c['K_hi'], none=NO_PROMPTS)} vs ngram K "
-                f"{_iv(n['K_median'], n['K_lo'], n['K_hi'], none=NO_PROMPTS)}"
+                f"{_iv(n['K_median'], n['K_lo'], n['K_hi'], none=NO_PROMPTS)}, "
+                f"ratio {c['K_median'] / n['K_median']:.2f}: {v}"
             )
-    out.append(_claim("C2", _combine(verdicts), "; ".join(ev) or "no code cells with both drafters", used))
+    none2 = RANDOM_WEIGHTS if only_dummy(lambda k: kind(k[1]) == "code") else "no code cells with both drafters"
+    out.append(_claim("C2", _combine(verdicts), "; ".join(ev) or none2, used))
 
     # C3
     verdicts, ev, used = [], [], []
@@ -189,84 +347,30 @@ def decide(
                 if "NONE" in (c["cudagraph_mode_effective"], f["cudagraph_mode_effective"]):
                     ev.append(f"{m}: no CUDA graphs on this device (effective mode NONE)")
                     continue
-                a = [
-                    r["output_tok_s"]
-                    for r in rows
-                    if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, pw)
-                ]
-                b = [
-                    r["output_tok_s"]
-                    for r in rows
-                    if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, full)
-                ]
-                p, lo, hi = stats.ratio_ci(a, b)
-                v = stats.verdict(p, lo, hi)
-                verdicts.append({"faster": "confirmed", "slower": "refuted"}.get(v, "undecided"))
+                p, lo, hi = stats.ratio_ci(series(m, w, pw, "output_tok_s"), series(m, w, full, "output_tok_s"))
+                v = str(stats.verdict(p, lo, hi))
+                if tech:
+                    d = TECHNICAL
+                elif v.startswith("faster"):
+                    d = "confirmed"
+                elif v.startswith(("slower", "equivalent")):
+                    d = "refuted"
+                else:
+                    d = "undecided"
+                verdicts.append(d)
                 used += [f"{m}/{w}/{pw}", f"{m}/{w}/{full}"]
-                ev.append(f"{m}: {pw}/{full} tok/s ratio {_iv(p, lo, hi, 3)}")
-    out.append(
-        _claim(
-            "C3",
-            _combine(verdicts),
-            "; ".join(ev) or "no chat cells of a suffix step with cudagraph_mode PIECEWISE and one with FULL",
-            used,
-        )
+                ev.append(f"{m}: {pw}/{full} tok/s ratio {_iv(p, lo, hi, 3)} {v}")
+    none3 = (
+        RANDOM_WEIGHTS
+        if only_dummy(lambda k: kind(k[1]) == "chat")
+        else "no chat cells of a suffix step with cudagraph_mode PIECEWISE and one with FULL"
     )
+    c3 = TECHNICAL if verdicts and tech else _combine(verdicts)
+    out.append(_claim("C3", c3, "; ".join(ev) or none3, used))
 
-    # C4
-    verdicts, ev, used = [], [], []
-    for s in spec_sp:
-        if s["config"] not in step_of("suffix", "PIECEWISE") or s["speedup"] is None:
-            continue
-        if s["gpu_util_mean"] is None or s["baseline_gpu_util_mean"] is None:
-            continue
-        falls = s["gpu_util_mean"] < s["baseline_gpu_util_mean"]
-        v = (
-            "confirmed"
-            if s["verdict"] == "faster" and falls
-            else ("refuted" if s["verdict"] == "slower" or not falls else "undecided")
-        )
-        verdicts.append(v)
-        used.append(f"{s['model']}/{s['workload']}/{s['config']}")
-        ev.append(
-            f"{s['model']}/{s['workload']}: util {_f(s['baseline_gpu_util_mean'], 0)} -> "
-            f"{_f(s['gpu_util_mean'], 0)} %, speedup {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)}"
-        )
-    out.append(_claim("C4", _combine(verdicts), "; ".join(ev) or "GPU utilisation not measured (no GPU)", used))
-
-    # C5
-    preds = [(k, pred) for k, c in cells.items() if (pred := k_predictions(c)) is not None]
-    if preds:
-        lin = sum(abs(p["err_linear"]) for _, p in preds) / len(preds)
-        lev = sum(abs(p["err_leviathan"]) for _, p in preds) / len(preds)
-        v = "confirmed" if lin < lev else "refuted"
-        ev5 = f"mean |K error| over {len(preds)} cells: linear {lin:.2f}, Leviathan {lev:.2f}"
-        out.append(_claim("C5", v, ev5, ["/".join(k) for k, _ in preds]))
-    else:
-        out.append(_claim("C5", NOT_COVERED, "no speculative cells", []))
-
-    # C6
-    verdicts, ev, used = [], [], []
-    which = "R over decode steps"
-    for s in r_sp:
-        if s["R_decode"] is not None:
-            r, lo, hi = s["R_decode"], s["R_decode_lo"], s["R_decode_hi"]
-        elif s["R"] is not None:  # no prefill probe in this run: R over all steps
-            r, lo, hi, which = s["R"], s["R_lo"], s["R_hi"], "R over all steps (no prefill probe)"
-        else:
-            continue
-        if lo is None:
-            verdicts.append("undecided")
-        elif lo >= R_BAND[0] and hi <= R_BAND[1]:
-            verdicts.append("confirmed")
-        elif hi < R_BAND[0] or lo > R_BAND[1]:
-            verdicts.append("refuted")
-        else:
-            verdicts.append("undecided")
-        used.append(f"{s['model']}/{s['workload']}/{s['config']}")
-        why = " (technical replicates)" if s.get("replication") == "passes on one engine" else " (n<2)"
-        ev.append(f"{s['model']}/{s['workload']}/{s['config']} {_iv(r, lo, hi, none=why)}")
-    out.append(_claim("C6", _combine(verdicts), f"{which}: " + "; ".join(ev) if ev else "no R measured", used))
+    out.append(_c4(study, all_cells, sp, dummy, tech, step_of("suffix", "PIECEWISE")))
+    out.append(_c5(cells, all_cells, dummy))
+    out.append(_c6(study, r_sp, dummy, tech, series))
 
     # C7
     verdicts, ev, used = [], [], []
@@ -278,37 +382,232 @@ def decide(
         used += [f"{m}/chat/{cfg}", f"{m}/sonnet/{cfg}"]
         ev.append(
             f"{m}/{cfg}: chat K {_iv(c['K_median'], c['K_lo'], c['K_hi'], none=NO_PROMPTS)} vs sonnet "
-            f"{_iv(son['K_median'], son['K_lo'], son['K_hi'], none=NO_PROMPTS)}"
+            f"{_iv(son['K_median'], son['K_lo'], son['K_hi'], none=NO_PROMPTS)}: {verdicts[-1]}"
         )
-    out.append(_claim("C7", _combine(verdicts), "; ".join(ev) or "no chat and sonnet cells", used))
+    none7 = RANDOM_WEIGHTS if only_dummy(lambda k: kind(k[1]) in ("chat", "sonnet")) else "no chat and sonnet cells"
+    out.append(_claim("C7", _combine(verdicts), "; ".join(ev) or none7, used))
 
     out.append(
         _speedup_claim(
             "C8",
-            spec_sp,
+            r_sp,
+            dummy,
+            tech,
             lambda s: s["model_params_b"] >= 14.0 and s["config"] in step_of("suffix", "PIECEWISE"),
             "faster",
         )
     )
+    if study.device == "cpu":
+        for c in out:
+            c["evidence"] = (
+                f"the rule alone would say {c['verdict']}; a CPU run (a small model on a few CPU cores) is not "
+                f"the article's regime: {c['evidence']}"
+            )
+            c["verdict"] = NOT_ON_CPU
+        out.append(_cpu(study, crow))
     return out
 
 
+def _c4(
+    study: Study,
+    all_cells: dict[tuple[str, str, str], dict[str, Any]],
+    sp: list[dict[str, Any]],
+    dummy: set[str],
+    tech: bool,
+    trident: list[str],
+) -> dict[str, Any]:
+    measured = [
+        s
+        for s in sp
+        if s["method"] != "none"
+        and s["speedup"] is not None
+        and s["gpu_util_mean"] is not None
+        and s["baseline_gpu_util_mean"] is not None
+    ]
+    if not measured:
+        return _claim("C4", NOT_COVERED, "GPU utilisation not measured (gpu.util_mean null in every cell)", [])
+    real = [s for s in measured if s["model"] not in dummy]
+    base_u = [s["baseline_gpu_util_mean"] for s in measured]
+    spec_u = [s["gpu_util_mean"] for s in measured]
+    util = (
+        f"GPU utilisation measured (cells' gpu.util_mean, medians): {study.baseline} {min(base_u):.1f}–"
+        f"{max(base_u):.1f} %, speculative {min(spec_u):.1f}–{max(spec_u):.1f} %"
+    )
+    if not real:
+        return _claim("C4", NOT_COVERED, f"{util}; {RANDOM_WEIGHTS}", [_name(s) for s in measured])
+    rows = [s for s in real if s["config"] in trident] or real
+    verdicts, ev = [], []
+    for s in rows:
+        c = all_cells.get((s["model"], s["workload"], s["config"]), {})
+        b = all_cells.get((s["model"], s["workload"], study.baseline), {})
+        c_hi, b_lo = c.get("gpu_util_mean_hi"), b.get("gpu_util_mean_lo")
+        c_lo, b_hi = c.get("gpu_util_mean_lo"), b.get("gpu_util_mean_hi")
+        falls = c_hi < b_lo if c_hi is not None and b_lo is not None else None
+        not_lower = c_lo is not None and b_hi is not None and c_lo >= b_hi
+        v = str(s["verdict"])
+        if v.startswith("faster") and falls:
+            d = "confirmed"
+        elif v.startswith(("slower", "equivalent")) or not_lower:
+            d = "refuted"
+        else:
+            d = "undecided"
+        verdicts.append(d)
+        ev.append(
+            f"{_name(s)}: util {_f(s['baseline_gpu_util_mean'], 1)} -> {_f(s['gpu_util_mean'], 1)} % "
+            f"({'intervals apart' if falls else 'no interval, n<2' if falls is None else 'intervals overlap'}), "
+            f"speedup {_iv(s['speedup'], s['speedup_lo'], s['speedup_hi'], 3)} {v}"
+        )
+    which = "" if rows[0]["config"] in trident else "no trident cells, every speculative step; "
+    verdict = _combine(verdicts)
+    if tech and verdict in ("confirmed", "refuted"):
+        verdict = TECHNICAL
+    return _claim("C4", verdict, f"{which}{util}; " + "; ".join(ev), [_name(s) for s in rows])
+
+
+def _c5(
+    cells: dict[tuple[str, str, str], dict[str, Any]],
+    all_cells: dict[tuple[str, str, str], dict[str, Any]],
+    dummy: set[str],
+) -> dict[str, Any]:
+    preds = [(k, c, p) for k, c in cells.items() if (p := k_predictions(c)) is not None]
+    if not preds:
+        spec_dummy = any(k[0] in dummy and k_predictions(c) is not None for k, c in all_cells.items())
+        return _claim("C5", NOT_COVERED, RANDOM_WEIGHTS if spec_dummy else "no speculative cells", [])
+    ps = [p for _, _, p in preds]
+    lin_ref, lin_text = form_verdict(ps, "linear")
+    lev_ref, lev_text = form_verdict(ps, "leviathan")
+    rising = [_rising(p, c) for _, c, p in preds]
+    curve = (
+        f"conditional acceptance at position 2 above p1 (Wilson intervals apart) in {rising.count(True)} of "
+        f"{len(rising)} cells, below in {rising.count(False)}"
+    )
+    if lin_ref:
+        v = "refuted"
+    elif lev_ref:
+        v = "confirmed"
+    else:
+        v = "undecided"
+    mean_lin = sum(abs(p["err_linear"]) for p in ps) / len(ps)
+    mean_lev = sum(abs(p["err_leviathan"]) for p in ps) / len(ps)
+    ev = (
+        f"{lin_text}{' (refuted)' if lin_ref else ''}; {lev_text}{' (refuted)' if lev_ref else ''}; {curve}; "
+        f"mean |K error| linear {mean_lin:.2f}, Leviathan {mean_lev:.2f}"
+    )
+    return _claim("C5", v, ev, ["/".join(k) for k, _, _ in preds])
+
+
+def _c6(
+    study: Study,
+    r_sp: list[dict[str, Any]],
+    dummy: set[str],
+    tech: bool,
+    series: Callable[[str, str, str, str], list[Any]],
+) -> dict[str, Any]:
+    sync = _sync_step(study)
+    verdicts, ev, used, context, small = [], [], [], [], 0
+    for s in r_sp:
+        decode = s["R_decode"] is not None
+        if decode:
+            r, lo, hi = s["R_decode"], s["R_decode_lo"], s["R_decode_hi"]
+        elif s["R"] is not None:  # no prefill probe in this run: R over all steps
+            r, lo, hi = s["R"], s["R_lo"], s["R_hi"]
+        else:
+            continue
+        if s["model_params_b"] < R_MIN_PARAMS_B:
+            small += 1
+            continue
+        why = " (technical replicates)" if tech else " (n<2)"
+        label = f"{_name(s)} {_iv(r, lo, hi, none=why)}{'' if decode else ' (all steps)'}"
+        if s["model"] in dummy and s["K"] is not None and s["K"] > R0_MAX_K:
+            context.append(f"{label} (K {s['K']:.2f})")  # random weights accepting nearly every draft: R_full
+            continue
+        if lo is None or hi is None:
+            d = "undecided"
+        elif lo >= R_BAND[0] and hi <= R_BAND[1]:
+            d = "inside"
+        elif hi < R_BAND[0] or lo > R_BAND[1]:
+            d = "outside"
+        else:
+            d = "straddles"
+        verdicts.append(d)
+        used.append(_name(s))
+        split = ""
+        if sync is not None:
+            metric = "decode_step_time_ms" if decode else "step_time_ms"
+            m, w, cfg = s["model"], s["workload"], s["config"]
+            a = stats.ratio_ci(series(m, w, sync, metric), series(m, w, study.baseline, metric))
+            b = stats.ratio_ci(series(m, w, cfg, metric), series(m, w, sync, metric))
+            if a[0] is not None and b[0] is not None:
+                split = f" = async off {_iv(*a)} × drafting {_iv(*b)} ({sync})"
+                used.append(f"{m}/{w}/{sync}")
+        ev.append(f"{label}{split}: {d}")
+    rule_note = (
+        f"R0 (random weights, K <= {R0_MAX_K}) and R of real weights, models >= {R_MIN_PARAMS_B:g}B"
+        if dummy
+        else f"models >= {R_MIN_PARAMS_B:g}B"
+    )
+    tail = []
+    if context:
+        tail.append("not deciding, random weights accepting nearly every draft (R_full): " + "; ".join(context))
+    if small:
+        tail.append(f"{small} R of models < {R_MIN_PARAMS_B:g}B not deciding (the article's R is for 70B)")
+    if not verdicts:
+        why = f"no R of a model >= {R_MIN_PARAMS_B:g}B" + (" at zero acceptance" if context else "")
+        return _claim("C6", NOT_COVERED, "; ".join([why, *tail]), [])
+    if all(d == "inside" for d in verdicts):
+        v = "confirmed"
+    elif any(d == "outside" for d in verdicts):
+        v = "refuted"
+    else:
+        v = "undecided"
+    if tech:  # passes on one engine: technical replicates decide nothing, whatever their intervals say
+        if v in ("confirmed", "refuted"):
+            tail.insert(0, f"the intervals alone would say {v}")
+        v = TECHNICAL
+    return _claim("C6", v, f"{rule_note}: " + "; ".join(ev) + "".join(f"; {t}" for t in tail), used)
+
+
+def _cpu(study: Study, crow: list[dict[str, Any]]) -> dict[str, Any]:
+    planned = len(crow) * study.repeats
+    measured = sum(c["n"] for c in crow)
+    short = [f"{_name(c)} ({c['n']}/{c['repeats']})" for c in crow if c["n"] < c["repeats"]]
+    cvs = [(c["output_tok_s_cv"], _name(c)) for c in crow if c.get("output_tok_s_cv") is not None]
+    ev = [f"{measured} of {planned} planned measurements ok" + (f"; short: {', '.join(short)}" if short else "")]
+    if cvs:
+        top, where = max(cvs)
+        ev.append(
+            f"CV of tok/s over engine starts: median {sorted(v for v, _ in cvs)[len(cvs) // 2]:.1%}, "
+            f"largest {top:.1%} ({where}), {sum(v > CPU_CV_MAX for v, _ in cvs)} of {len(cvs)} cells above "
+            f"{CPU_CV_MAX:.0%}"
+        )
+    tech = not study.engine_per_repeat
+    if tech:
+        ev.append("repeats are passes on one engine (technical replicates)")
+    if short or any(v > CPU_CV_MAX for v, _ in cvs):
+        v = "refuted"
+    elif len(cvs) == len(crow) and not tech:
+        v = "confirmed"
+    else:
+        v = "undecided"
+    return _claim("CPU", v, "; ".join(ev), [_name(c) for c in crow])
+
+
 def markdown(study: Study, decided: list[dict[str, Any]]) -> str:
+    per = "engine start" if study.engine_per_repeat else "pass on one engine (technical replicates)"
     lines = [
         f"# The article's claims, decided by run `{study.run}`",
         "",
-        f"Generated from the run's tables ({study.repeats} repeat(s) per cell"
-        + ("" if study.engine_per_repeat else ", passes on one engine: technical replicates, no interval")
-        + "; medians, 95 % intervals over engine starts, K's over prompts); not edited by hand. See "
+        f"Generated from the run's tables ({study.repeats} repeat(s) per cell planned, each repeat one {per}; "
+        "medians, 95 % intervals over engine starts, K's over prompts); not edited by hand. See "
         "`workflow/specsweep/claims.py` for each rule.",
         "",
-        f"Verdicts: {stats.VERDICT_RULE}",
+        f"Verdict rule of the tables: {VERDICT_RULE}",
         "",
-        "| claim | verdict | evidence |",
-        "|---|---|---|",
+        "| claim | verdict | rule | evidence |",
+        "|---|---|---|---|",
     ]
     for c in decided:
-        lines.append(f"| {c['id']} {c['claim']} | **{c['verdict']}** | {c['evidence']} |")
+        lines.append(f"| {c['id']} {c['claim']} | **{c['verdict']}** | {c['rule']} | {c['evidence']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -330,8 +629,10 @@ def readme_sentence(
         if dummy and len(dummy) == len(study.models)
         else ""
     )
-    repeats = f"{study.repeats} repeats per cell planned" + (
-        ", each its own engine start" if study.engine_per_repeat else ", passes on one engine: technical replicates"
+    ns = sorted({c["n_starts"] or c["n"] for c in crow if c["n"]})
+    used = f"n = {ns[0]}" if len(ns) == 1 else (f"n = {ns[0]}–{ns[-1]}" if ns else "n = 0")
+    repeats = f"{study.repeats} repeats per cell planned, {used} measured" + (
+        "" if study.engine_per_repeat else ", passes on one engine: technical replicates"
     )
     bands = sorted({s["band"] for s in sp if s.get("band") is not None and s["speedup"] is not None})
     band = "/".join(f"{100 * b:.1f}" for b in bands) or f"{100 * stats.BAND:.1f}"

@@ -338,7 +338,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     import shutil
 
     from .captions import write_captions
-    from .figures import load_k_ref, load_r_runs, render_all
+    from .figures import dummy_models, left_out_by_config, load_k_ref, load_r_runs, render_all
     from .jsonio import staging_dir, swap_dir
 
     study = _study(args)
@@ -352,8 +352,25 @@ def cmd_figures(args: argparse.Namespace) -> int:
     r_runs = load_r_runs(study.raw, Path(args.tables))
     staged = staging_dir(out)
     try:
-        render_all(Path(args.tables), staged, study.raw["headline_model"], study.run, k_ref, r_runs)
-        write_captions(Path(args.tables), study.raw["headline_model"], staged / "captions", r_runs=r_runs)
+        dummy = dummy_models(study)
+        manifest = render_all(
+            Path(args.tables),
+            staged,
+            study.raw["headline_model"],
+            study.run,
+            k_ref,
+            r_runs,
+            dummy=dummy,
+            left_out=left_out_by_config(study),
+        )
+        write_captions(
+            Path(args.tables),
+            study.raw["headline_model"],
+            staged / "captions",
+            r_runs=r_runs,
+            dummy=dummy,
+            left_out=manifest["left_out"],
+        )
         swap_dir(staged, out)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
@@ -468,7 +485,7 @@ def parser() -> argparse.ArgumentParser:
     sp = add("status", cmd_status, "a run's progress: done, failed, stale and left; GPU time spent and to go")
     sp.add_argument("--results", default="results")
     sp.add_argument("--json", action="store_true", help="the same as JSON")
-    sp = add("figures", cmd_figures, "render the six figures from a run's tables")
+    sp = add("figures", cmd_figures, "render the figures from a run's tables")
     sp.add_argument("--tables", required=True)
     sp.add_argument("--out", required=True)
     return p

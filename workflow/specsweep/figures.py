@@ -5,13 +5,17 @@ from it), :func:`render_all`, :func:`fig5_layout`.  Every figure is written as P
 plus a ``manifest.json`` naming the cells each figure used and those it needed but lacked.
 
 Repeats: every bar or marker is a cell's median over its repeats, with a whisker for its 95 % interval over
-engine starts (the tables' ``*_lo``/``*_hi``; K's over prompts); every footer states the run's n (repeats per
-cell), and a cell measured fewer times than that is labelled with its own n.  A cell with fewer than 2 engine
-starts (one pass, or passes on one engine) has no interval, and so no whisker.
+engine starts (the tables' ``*_lo``/``*_hi``; K's over prompts); every footer states the n its cells have (and
+the repeats planned where that differs), and a cell measured fewer times than planned is labelled with its own
+n.  A cell with fewer than 2 engine starts (one pass, or passes on one engine) has no interval, and so no
+whisker.
 
 Missing data: a figure is never silently drawn from a subset.  What exists is drawn, a needed cell without a
 measurement gets an ``n/a`` marker where its bar would be, and every such cell is listed in a red box on the
-figure and in the manifest.
+figure and in the manifest.  A figure (or panel) with nothing to draw is left out, never drawn empty, and the
+manifest's ``left_out`` names it with the reason; so is a figure about acceptance, K or speedup whose models
+have random weights (config ``weights: dummy``: they measure step time, R and memory, never acceptance):
+:func:`left_out_by_config` says which from the config alone (the Snakemake rules list only the others).
 
 Determinism: no pyplot (a Figure on an Agg canvas), explicit rcParams, fixed sizes and fonts, fixed order,
 SVG hash salt, no dates in the metadata: two renders of the same tables are byte-identical.
@@ -38,7 +42,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
     from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "drawn_figures", "render_all", "fig5_layout", "WORKLOADS"]
+__all__ = [
+    "FIGURES",
+    "drawn_figures",
+    "render_all",
+    "fig5_layout",
+    "WORKLOADS",
+    "left_out_by_config",
+    "planned_figures",
+]
 
 #: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
 FIGURES: tuple[str, ...] = (
@@ -65,6 +77,30 @@ def drawn_figures(concurrency_axis: bool) -> tuple[str, ...]:
 def left_out_reason(run: str) -> str:
     return f"no concurrency axis: no workload of run {run} is measured at a concurrency (workloads.<name>.concurrency)"
 
+
+class LeftOut(Exception):
+    """A figure with nothing meaningful to draw: not rendered; the manifest names it with this reason."""
+
+
+RANDOM_WEIGHTS = "random weights (`weights: dummy`), which measure step time, never acceptance"
+#: What each figure shows that random weights cannot measure (figure 8, R, is what they can).
+NEEDS_REAL_WEIGHTS: dict[str, str] = {
+    "fig1_headline": "speedup per workload",
+    "fig2_r_vs_k_code": "K and T (acceptance) beside R",
+    "fig3_sonnet_ladder": "speedups along the ladder",
+    "fig4_k_alpha": "K and α (acceptance)",
+    "fig5_model_size": "speedup against model size",
+    "fig6_gpu_util": "trident's utilisation and throughput, which follow its acceptance",
+    "fig7_k_predicted": "K predicted from acceptance",
+}
+#: The figures that draw the headline model only.
+HEADLINE_FIGURES: tuple[str, ...] = (
+    "fig1_headline",
+    "fig2_r_vs_k_code",
+    "fig3_sonnet_ladder",
+    "fig4_k_alpha",
+    "fig6_gpu_util",
+)
 
 WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
 #: The paper's ladder steps after the baseline (the baseline's name comes from the tables).
@@ -201,6 +237,8 @@ class Tables:
     speedup: dict[Cell, Row]
     engine_per_repeat: bool = True
     at_b: tuple[dict[Cell, Row], dict[Cell, Row]] = field(default_factory=lambda: ({}, {}))
+    #: models with random weights (config `weights: dummy`): their cells measure step time, never acceptance
+    dummy: frozenset[str] = frozenset()
 
     @classmethod
     def load(cls, tables_dir: Path, run: str) -> Tables:
@@ -330,16 +368,30 @@ class Tables:
         """Footer: run, n, what a whisker is, device and vLLM (of ``cells``; of the run if none has a row)."""
         cells = list(cells)
         rows = [r for r in self.rows_of(cells) if r.get("n")] or [r for r in self.cells.values() if r.get("n")]
-        fewer = sum(1 for c in cells if 0 < self.n(c) < self.repeats)
-        n_text = f"n = {self.repeats} repeat{'s' if self.repeats != 1 else ''} per cell"
-        if not self.engine_per_repeat:
-            n_text += " (passes on one engine)"
-        if fewer:
-            n_text += f" ({fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)"
         return (
-            f"run: {self.run} · {n_text} · bar/marker = median, whisker = 95 % interval (engine starts)"
+            f"run: {self.run} · {self.n_text(cells)} · bar/marker = median, whisker = 95 % interval (engine starts)"
             f" · device: {_distinct(rows, 'device_name')} · vLLM {_distinct(rows, 'vllm_version')}"
         )
+
+    def n_text(self, cells: Iterable[Cell]) -> str:
+        """The n actually used by ``cells`` (of the run if none was measured), against the repeats planned:
+        'n = 3 repeats per cell', 'n = 1 repeat per cell (3 planned)', 'n = 1–3 repeats per cell (3
+        planned; ...)'; passes on one engine are named technical replicates."""
+        cells = list(cells)
+        ns = sorted({self.n(c) for c in cells if self.n(c)}) or sorted({self.n(c) for c in self.cells if self.n(c)})
+        if not ns:
+            text = f"n = 0 ({self.repeats} planned)"
+        else:
+            span = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+            text = f"n = {span} repeat{'s' if ns[-1] != 1 else ''} per cell"
+            if ns != [self.repeats]:
+                fewer = sum(1 for c in cells if 0 < self.n(c) < self.repeats)
+                text += f" ({self.repeats} planned" + (
+                    f"; {fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)" if len(ns) > 1 else ")"
+                )
+        if not self.engine_per_repeat:
+            text += ", passes on one engine (technical replicates)"
+        return text
 
 
 @dataclass(frozen=True)
@@ -386,6 +438,44 @@ def load_r_runs(raw: dict[str, Any], tables_dir: Path) -> list[Tables]:
     return [
         Tables.load(_run_tables("r_at_scale_runs", run, tables_dir), run) for run in raw.get("r_at_scale_runs") or []
     ]
+
+
+def left_out_by_config(study: Any) -> dict[str, str]:
+    """The figures a run leaves out whatever its cells say, with the reason, from its config (a
+    :class:`specsweep.config.Study`): those about acceptance, K or speedup when the models they draw have random
+    weights, and those whose workload or ladder step the config lacks. In FIGURES order."""
+    dummy = dummy_models(study)
+    headline = study.raw["headline_model"]
+    workloads = {c.workload for c in study.cells if c.model == headline}
+    out: dict[str, str] = {}
+    for stem, what in NEEDS_REAL_WEIGHTS.items():
+        if stem in HEADLINE_FIGURES and headline in dummy:
+            out[stem] = f"{what}: the headline model {headline} has {RANDOM_WEIGHTS}"
+        elif stem not in HEADLINE_FIGURES and dummy and dummy >= set(study.models):
+            out[stem] = f"{what}: every model of the run has {RANDOM_WEIGHTS}"
+    if headline not in study.models:
+        for stem in HEADLINE_FIGURES:
+            out.setdefault(stem, f"the headline model {headline} is not a model of the run")
+    for stem, need in (("fig2_r_vs_k_code", "code"), ("fig3_sonnet_ladder", "sonnet")):
+        if need not in workloads:
+            out.setdefault(stem, f"no '{need}' workload for the headline model")
+    if not workloads & set(K_ALPHA_WORKLOADS):
+        out.setdefault("fig4_k_alpha", f"none of the workloads {', '.join(K_ALPHA_WORKLOADS)} for the headline model")
+    if not any(st.method in SPEC_METHODS for st in study.ladder.values()):
+        out.setdefault("fig8_r_at_scale", f"no ladder step with method {' or '.join(SPEC_METHODS)}")
+    return {stem: out[stem] for stem in FIGURES if stem in out}
+
+
+def planned_figures(study: Any) -> list[str]:
+    """The figures a run draws when all its cells are measured: those its axes give (:func:`drawn_figures`:
+    figure 9 only with a concurrency axis) less :func:`left_out_by_config`."""
+    left = left_out_by_config(study)
+    return [stem for stem in drawn_figures(bool(getattr(study, "concurrency", None))) if stem not in left]
+
+
+def dummy_models(study: Any) -> frozenset[str]:
+    """The run's models with random weights (config `weights: dummy`)."""
+    return frozenset(m for m, spec in study.models.items() if spec.weights == "dummy")
 
 
 @dataclass
@@ -623,7 +713,12 @@ def _gain_label(data: Tables, cell: Cell) -> tuple[str, str]:
     text = f"{_pct(sp.point)} %"
     if sp.lo is not None and sp.hi is not None:  # sp.has_interval
         text += f"\n[{_pct(sp.lo)}, {_pct(sp.hi)}]"
-    return text, VERDICT_COLORS.get(data.verdict(cell) or "", NOISE_COLOR)
+    return text, _verdict_color(data.verdict(cell))
+
+
+def _verdict_color(verdict: str | None) -> str:
+    """Green for a verdict starting with faster, red for slower, grey for anything else."""
+    return next((c for v, c in VERDICT_COLORS.items() if (verdict or "").startswith(v)), NOISE_COLOR)
 
 
 VERDICT_KEY = "label: % change vs {b} [95 % interval]; green faster, red slower, grey equivalent or undecided"
@@ -658,7 +753,10 @@ class _Ctx:
         **layout: float,
     ) -> Iterator[list[Axes]]:
         """Create a figure (title, footer of ``data``, default the run's tables; missing box), yield its axes
-        (``nrows`` x ``ncols``, row by row), save it on exit."""
+        (``nrows`` x ``ncols``, row by row), save it on exit. A figure none of whose needed cells was measured is
+        left out (:class:`LeftOut`), never drawn empty."""
+        if not needs.used:
+            raise LeftOut(f"no measured cell among the {len(needs.needed)} it needs in run {self.data.run}")
         footer = (data or self.data).footer(needs.needed)
         fig, axes = _new_figure(size, ncols, title, needs, footer, nrows=nrows, **layout)
         yield axes
@@ -668,13 +766,10 @@ class _Ctx:
             self.keep[stem] = fig
 
     def headline_absent(self, needs: _Needs, axes: Sequence[Axes]) -> bool:
-        """If the headline model has no rows, fill ``axes`` with a message and say so."""
+        """If the headline model has no rows, the figure is left out (:class:`LeftOut`)."""
         if self.data.has_model(self.model):
             return False
-        needs.notes.append(f"model {self.model!r} has no rows in run {self.data.run!r}")
-        for ax in axes:
-            _message(ax, f"no rows for model {self.model} in run {self.data.run}", color=MISSING_COLOR)
-        return True
+        raise LeftOut(f"model {self.model!r} has no rows in run {self.data.run!r}")
 
     def color(self, config: str) -> str:
         return COLORS["baseline"] if config == self.data.baseline else COLORS.get(config, "#333333")
@@ -765,7 +860,7 @@ def _fig2_r_vs_k(ctx: _Ctx) -> _Needs:
             else:
                 verdict = data.verdict(cell) or "–"
                 iv = f" [{sp.lo:.2f}, {sp.hi:.2f}]" if sp.has_interval else ""
-                text, colour = f"{verdict}\nspeedup {sp.point:.2f}{iv}", VERDICT_COLORS.get(verdict, NOISE_COLOR)
+                text, colour = f"{verdict}\nspeedup {sp.point:.2f}{iv}", _verdict_color(verdict)
             ax.annotate(
                 text,
                 (i, top),
@@ -1124,7 +1219,7 @@ def size_stats(
     common workloads have a speedup."""
     from . import stats
 
-    models = data.models()
+    models = [m for m in data.models() if m not in data.dummy]  # random weights: no speedup to speak of
     known = {m: size for m in models if (size := data.model_sizes()[m]) is not None}
     methods = [m for m in SIZE_METHODS if any(c == m for (_, _, c) in data.cells)] or list(SIZE_METHODS)
     per_model = [set(data.workloads(m, canonical_all=False)) for m in models]
@@ -1162,9 +1257,7 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
         if unsized:
             needs.notes.append("not plotted (model_params_b null): " + ", ".join(unsized))
         if not known or not common:
-            _message(ax, f"no models with a known size and a common workload in run {data.run}", color=MISSING_COLOR)
-            needs.notes.append("nothing plotted: no model with a known size, or no workload common to all models")
-            return needs
+            raise LeftOut(f"no model with a known size and a workload common to all models in run {data.run}")
         lo_x = min(*known.values(), 7.0) / 2.5
         hi_x = max(*known.values(), 14.0) * 2.5
         ax.set_xscale("log")
@@ -1338,29 +1431,25 @@ def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
     workloads, series, needs = _baseline_vs_headline(ctx)
     title = f"{model}: GPU utilisation, throughput and wall time, {data.baseline} vs {HEADLINE_CONFIG}"
-    panels = (
-        ("gpu_util_mean", "GPU utilisation (mean %)", "a) GPU utilisation"),
-        ("output_tok_s", "output tokens/s", "b) output throughput"),
-        ("gen_wall_s", "generation wall time (s)", "c) wall time"),
-    )
-    with ctx.figure("fig6_gpu_util", needs, (15.0, 5.0), 3, title, bottom_in=0.7, top_extra_in=0.2) as axes:
+    panels = [
+        ("gpu_util_mean", "GPU utilisation (mean %)", "GPU utilisation"),
+        ("output_tok_s", "output tokens/s", "output throughput"),
+        ("gen_wall_s", "generation wall time (s)", "wall time"),
+    ]
+    unmeasured = [c for c in needs.used if data.val(c, "gpu_util_mean") is None]
+    if needs.used and len(unmeasured) == len(needs.used):  # a panel without data is left out, not drawn empty
+        device = _distinct(data.rows_of(needs.used), "device_name")
+        panels = panels[1:]
+        needs.notes.append(f"panel 'GPU utilisation' left out: gpu_util_mean null in every measured cell ({device})")
+    elif unmeasured:
+        needs.notes.append("gpu_util_mean null for: " + ", ".join("/".join(c) for c in unmeasured))
+    size = (5.0 * len(panels), 5.0)
+    with ctx.figure("fig6_gpu_util", needs, size, len(panels), title, bottom_in=0.7, top_extra_in=0.2) as axes:
         if ctx.headline_absent(needs, axes):
             return needs
-        for ax, (column, ylabel, panel_title) in zip(axes, panels, strict=True):
-            ax.set_title(panel_title, loc="right")
+        for i, (ax, (column, ylabel, panel_title)) in enumerate(zip(axes, panels, strict=True)):
+            ax.set_title(f"{'abc'[i]}) {panel_title}", loc="right")
             values = {(w, c): data.val((model, w, c), column) for w in workloads for c in series}
-            if column == "gpu_util_mean":
-                unmeasured = [c for c in needs.used if data.val(c, column) is None]
-                if needs.used and len(unmeasured) == len(needs.used):
-                    device = _distinct(data.rows_of(needs.used), "device_name")
-                    _message(ax, f"GPU utilisation not measured on this run\n(device: {device})")
-                    needs.notes.append(
-                        f"gpu_util_mean null for all measured cells (device: {device}); "
-                        "panel a shows a message instead of bars"
-                    )
-                    continue
-                if unmeasured:
-                    needs.notes.append("gpu_util_mean null for: " + ", ".join("/".join(c) for c in unmeasured))
             _bars(
                 ax,
                 workloads,
@@ -1393,7 +1482,7 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
     spec = [
         c
         for c, row in sorted(data.cells.items(), key=lambda kv: (sizes.get(kv[0][0]) or 0.0, kv[0]))
-        if row.get("method") not in (None, "none")
+        if row.get("method") not in (None, "none") and c[0] not in data.dummy  # random weights: no acceptance
     ]
     needs = _Needs.of(data, spec)
     title = (
@@ -1409,6 +1498,8 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
                 needs.notes.append(f"{'/'.join(cell)}: no per-position counts, not predicted")
                 continue
             preds.append((cell, p, data.val(cell, "K")))
+        if not preds:
+            raise LeftOut("no speculative cell with per-position acceptance counts: nothing to predict K from")
         configs = _order([c for (_, _, c), _, _ in preds], LADDER)
         forms = (("K_linear", "o", "linear"), ("K_leviathan", "^", "Leviathan"))
         lo_v, hi_v = 1.0, 2.0
@@ -1422,10 +1513,15 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
                     [(k.hi - p["K"]) if k is not None and k.has_interval else 0.0 for _, p, k in mine],
                 ]
                 face = ctx.color(cfg) if key == "K_linear" else "none"
+                yerr = [  # from p1's Wilson interval (claims.k_predictions)
+                    [p[key] - p[f"{key}_lo"] for _, p, _ in mine],
+                    [p[f"{key}_hi"] - p[key] for _, p, _ in mine],
+                ]
                 ax_p.errorbar(
                     xs,
                     ys,
                     xerr=err,
+                    yerr=yerr,
                     fmt=marker,
                     markersize=4.5,
                     color=ctx.color(cfg),
@@ -1538,8 +1634,8 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
             ax_c.set_xlabel(f"draft position i (drawn while ≥ {MIN_REACHED} drafts reach it)")
             ax_c.set_ylabel("P(accept i | accepted i−1)")
             ax_c.grid(True, axis="both", alpha=0.3)
-        elif ctx.headline_absent(needs, [ax_c]):
-            pass
+        elif not data.has_model(model):
+            _message(ax_c, f"no rows for model {model} in run {data.run}", color=MISSING_COLOR)
         else:
             _message(ax_c, f"no per-position counts for {model}", color=MISSING_COLOR)
         ax_c.set_title(
@@ -1660,7 +1756,21 @@ def _size_axis(ax: Axes) -> None:
     ax.set_xlabel("model parameters (billions, log)")
 
 
+#: Figure 8's y ticks (log axis): the article's band edges among round values.
+R_TICKS: tuple[float, ...] = (0.5, 0.8, 1.0, 1.25, 1.4, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0)
+#: Figure 8's y axis ends this far above the largest median; a whisker beyond it is clipped and labelled.
+R_HEADROOM = 1.3
+#: Figure 8's marker of a clipped whisker (an arrow, unlike every run's marker).
+CLIP_MARKER = r"$\uparrow$"
+
+
 def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
+    """R against model size on a log y axis that keeps the article's band (1.25-1.40) readable: the axis ends
+    a little above the largest median, and a whisker beyond it is clipped at the edge with an arrow and its
+    bound written beside it. No prediction panel: speedup is T / R, and no validated model of T exists yet."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
     data = ctx.data
     models, _, _, _ = r_at_scale(data)
     configs, workloads, every = r_points(data, ctx.r_runs)
@@ -1668,7 +1778,7 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     needs = _Needs.of(data, [(m, w, c) for m in models for w in workloads for c in (data.baseline, *configs)])
     title = (
         "R at scale: step time of each drafter over the baseline's, against model size "
-        f"({', '.join(workloads) or 'no workload'}); right: speedup predicted as K / R"
+        f"({', '.join(workloads) or 'no workload'})"
     )
     styles = ("-", "--", ":", "-.")
     run_markers = {d.run: "os^Dv"[i % 5] for i, d in enumerate([data, *ctx.r_runs])}
@@ -1676,99 +1786,102 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     drawn_runs = [d for d in (data, *ctx.r_runs) if any(p.run == d.run for p in points)]
     single = sorted(f"{p.model}/{w}/{c} (run {p.run})" for (c, w, _), p in every if p.r.n < 2)
     single_note = f"left out, R from a single repeat (n = 1): {', '.join(single)}"
-    # the legends go below the axes (the points fill the upper right): room for panel a's rows, two a row
-    rows = -(-(1 + len(series) + (len(drawn_runs) if len(drawn_runs) > 1 else 0)) // 2)
+    if not points:
+        raise LeftOut(
+            f"R only from single repeats (n = 1) in run {data.run}: {', '.join(single)}"
+            if single
+            else f"no sized model with an ngram or suffix step in run {data.run}"
+        )
+    # the legend goes below the axes: room for its rows, two a row
+    rows = -(-(2 + len(series) + (len(drawn_runs) if len(drawn_runs) > 1 else 0)) // 2)
     legend_in = 0.18 * rows
-    size = (11.0, 5.2 + legend_in)
-    with ctx.figure("fig8_r_at_scale", needs, size, 2, title, top_extra_in=0.3, bottom_in=0.55 + legend_in) as (
-        ax,
-        bx,
-    ):
-        if not points:
-            for a in (ax, bx):
-                text = "R only from single repeats (n = 1)" if single else "no sized model with a speculative step"
-                _message(a, f"{text} in run {data.run}", color=MISSING_COLOR)
-            if single:
-                needs.notes.append(f"nothing plotted; {single_note}")
-            else:
-                needs.notes.append("nothing plotted: no model with model_params_b, or no ngram/suffix step")
-            return needs
+    size = (8.5, 6.0 + legend_in)
+    with ctx.figure("fig8_r_at_scale", needs, size, 1, title, top_extra_in=0.1, bottom_in=0.55 + legend_in) as (ax,):
         lo, hi = ARTICLE_R_BAND
-        ax.axhspan(lo, hi, color="#dddddd", zorder=0, label=f"article: R {lo:.2f}–{hi:.2f} (70B, TP 8)")
+        top = max(max(p.r.point for p in points) * R_HEADROOM, hi * 1.15)
+        bottom = min(min(min(p.r.point, p.r.lo if p.r.lo is not None else p.r.point) for p in points) / 1.08, 0.95)
+        ax.set_yscale("log")
+        ax.set_ylim(bottom, top)
+        ax.axhspan(lo, hi, color="#d9d9d9", zorder=0, label=f"article: R {lo:.2f}–{hi:.2f} (70B, TP 8)")
         ax.axhline(1.0, color="black", linewidth=0.6)
-        for line, pts in series.items():
+        clipped: list[str] = []
+        at_top: dict[float, int] = {}  # clipped whiskers per size so far: their labels stack downwards
+        for i, (line, pts) in enumerate(series.items()):
             cfg, w, q = line
             colour = COLORS.get(cfg, "#333333")
             face = "none" if q else colour  # quantized weights: open markers, a thinner line
+            dodge = 1.0 + 0.035 * (i - (len(series) - 1) / 2)  # lines side by side: whiskers apart
+            xs = [p.size * dodge for p in pts]
             ax.plot(
-                [p.size for p in pts],
+                xs,
                 [p.r.point for p in pts],
                 styles[workloads.index(w) % len(styles)],
                 color=colour,
-                linewidth=0.9 if q else None,
+                linewidth=0.9 if q else 1.3,
                 label=line_label(line),
             )
-            for p in pts:
-                ax.plot([p.size], [p.r.point], run_markers[p.run], color=colour, markersize=5, mfc=face)
-                _whisker(ax, p.size, p.r, color=colour)
+            for x, p in zip(xs, pts, strict=True):
+                ax.plot([x], [p.r.point], run_markers[p.run], color=colour, markersize=5, mfc=face)
+                if not p.r.has_interval:
+                    continue
+                r_hi = cast(float, p.r.hi)
+                _whisker(ax, x, Val(p.r.point, p.r.lo, min(r_hi, top), p.r.n), color=colour)
+                if r_hi > top:  # clipped: an arrow at the edge and the bound beside it
+                    k = at_top.get(p.size, 0)
+                    at_top[p.size] = k + 1
+                    ax.plot([x], [top], marker=CLIP_MARKER, color=colour, markersize=9, clip_on=False, zorder=5)
+                    ax.annotate(
+                        f"{r_hi:.1f}",
+                        (x, top),
+                        xytext=(5, -3 - 10 * k),
+                        textcoords="offset points",
+                        ha="left",
+                        va="top",
+                        fontsize=7,
+                        color=colour,
+                    )
+                    clipped.append(f"{p.model}/{w}/{cfg} (run {p.run}): upper bound {r_hi:.2f}")
         if len(drawn_runs) > 1:
             for d in drawn_runs:
                 ax.plot([], [], run_markers[d.run], color="#555555", linestyle="none", label=f"run {d.run}")
-        sizes = [p.size for p in points]
-        for a in (ax, bx):
-            _size_axis(a)
-            a.set_xlim(min(sizes) / 1.6, max(sizes) * 1.6)
-        ax.set_ylabel(f"R = step time / {data.baseline} step time")
-        below = {"loc": "upper left", "bbox_to_anchor": (0.0, -0.13), "ncols": 2, "fontsize": 7, "frameon": False}
-        ax.legend(**below)
-        ax.set_title("a) R with 95 % intervals", loc="left", fontsize=8)
-
-        bx.axhline(1.0, color="black", linewidth=0.6)
-        ref = ctx.k_ref
-        if ref is None or not any(c in ref.k for c in configs):
-            _message(bx, "no K of a real model to predict from (config predict_k_from)", color=NOISE_COLOR)
-            needs.notes.append("b) not drawn: no predict_k_from in the config, or it has no K for these steps")
-        else:
-            for cfg in configs:
-                k = ref.k.get(cfg)
-                if k is None:
-                    needs.notes.append(f"b) {cfg}: no K in run {ref.run} ({ref.model}/{ref.workload})")
-                    continue
-                per_size: dict[str | None, dict[float, list[float]]] = {}  # per weight quantization
-                for (c, _, q), pts in series.items():
-                    for p in pts if c == cfg else ():
-                        per_size.setdefault(q, {}).setdefault(p.size, []).append(k.point / p.r.point)
-                colour = COLORS.get(cfg, "#333333")
-                for q, by_size in per_size.items():
-                    xs = sorted(by_size)
-                    lows, highs = [min(by_size[x]) for x in xs], [max(by_size[x]) for x in xs]
-                    style = "--" if q else "-"
-                    label = f"{cfg}: K = {k.point:.2f} / R" + (f" ({q} weights)" if q else "")
-                    if len(xs) == 1:  # one size: its span as a bar
-                        bx.plot(xs * 2, [lows[0], highs[0]], style, color=colour, marker="_", label=label)
-                        continue
-                    bx.fill_between(xs, lows, highs, color=colour, alpha=0.12 if q else 0.25, linewidth=0)
-                    bx.plot(xs, lows, style, color=colour, linewidth=0.8)
-                    bx.plot(xs, highs, style, color=colour, linewidth=0.8, label=label)
-            bx.legend(**below)
-            needs.notes.append(
-                f"b) a prediction, not a measurement: K of {ref.model} on '{ref.workload}' (run {ref.run}, real "
-                "weights) divided by each size's R; the band spans R over the workloads of panel a"
+        handles = ax.get_legend_handles_labels()[0]
+        if clipped:
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    marker=CLIP_MARKER,
+                    markersize=9,
+                    color="#555555",
+                    linestyle="none",
+                    label="↑ n.n: whisker beyond the axis, its upper bound",
+                )
             )
-        bx.set_ylabel("predicted speedup K / R")
-        bx.set_title("b) PREDICTION: speedup = K(real model) / R(size)", loc="left", fontsize=8)
+        sizes = [p.size for p in points]
+        _size_axis(ax)
+        ax.set_xlim(min(sizes) / 1.6, max(sizes) * 1.6)
+        ax.yaxis.set_major_locator(FixedLocator([t for t in R_TICKS if bottom <= t <= top]))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel(f"R = step time / {data.baseline} step time (log)")
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.12), ncols=2, fontsize=7, frameon=False)
+        ax.set_title("R with 95 % intervals", loc="left", fontsize=8)
         needs.notes.append(
-            "a) R over decode steps where the prefill probe ran (R_decode), else over all steps; weights: see "
-            "the run's cells (dummy weights measure step cost only, never acceptance)"
+            "R over decode steps where the prefill probe ran (R_decode), else over all steps; weights: see "
+            "the run's cells (dummy weights measure step cost only, never acceptance); log y axis, lines "
+            "dodged sideways so that their whiskers stay apart"
         )
+        if clipped:
+            needs.notes.append("whiskers clipped at the top of the axis: " + "; ".join(clipped))
         if single:
             needs.notes.append(single_note)
         if len(drawn_runs) > 1:
             for d in drawn_runs:
                 mine = sorted({p.model for p in points if p.run == d.run})
                 needs.notes.append(
-                    f"a), b) marker {run_markers[d.run]!r}: run {d.run} ({', '.join(mine)}; n = {d.repeats}"
-                    f"{'' if d.engine_per_repeat else ', passes on one engine'}; {_run_conditions(d, mine)})"
+                    f"marker {run_markers[d.run]!r}: run {d.run} ({', '.join(mine)}; {d.n_text(d.cells)}; "
+                    f"{_run_conditions(d, mine)})"
                 )
             needs.notes.append(
                 "each R pairs a drafter's cells with the baseline's of the same run and machine; the runs differ "
@@ -1934,6 +2047,9 @@ def render_all(
     run: str,
     k_ref: KRef | None = None,
     r_runs: Sequence[Tables] = (),
+    *,
+    dummy: Iterable[str] = (),
+    left_out: Mapping[str, str] | None = None,
 ) -> dict:
     """Render every figure of :data:`FIGURES` the run gets (:func:`drawn_figures`: figure 9 only with a
     concurrency axis) as PNG + SVG, and ``manifest.json``, into ``out_dir``; a figure left out is named in the
@@ -1943,17 +2059,27 @@ def render_all(
     ``{"run", "headline_model", "baseline", "repeats", "tables_manifest_sha256", "figures": {stem: {"files",
     "cells", "missing", "partial", "notes"}}}`` where ``cells`` are the cells a figure used (at least one measurement),
     ``missing`` the needed cells without any (status ``failed``/``missing``, or ``absent`` when the tables
-    have no row for them at all) and ``partial`` the used cells with fewer repeats than the run's n.
+    have no row for them at all) and ``partial`` the used cells with fewer repeats than the run's n; and
+    ``left_out`` ``{stem: reason}``: the figures not drawn, those of ``left_out`` (:func:`left_out_by_config`)
+    and those with nothing to draw. ``dummy``: the run's models with random weights (:func:`dummy_models`).
     """
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = Tables.load(tables_dir, run)
+    data.dummy = frozenset(dummy)
     ctx = _Ctx(data=data, model=headline_model, out_dir=out_dir, k_ref=k_ref, r_runs=list(r_runs))
     figures: dict[str, Any] = {}
     drawn = drawn_figures(data.concurrency_axis)
+    skipped: dict[str, str] = {stem: left_out_reason(run) for stem in FIGURES if stem not in drawn}
     with _style():
         for stem in drawn:
-            figures[stem] = _DRAW[stem](ctx).manifest(stem)
+            if left_out and stem in left_out:
+                skipped[stem] = left_out[stem]
+                continue
+            try:
+                figures[stem] = _DRAW[stem](ctx).manifest(stem)
+            except LeftOut as why:
+                skipped[stem] = str(why)
     from .tables import manifest_sha256
 
     manifest = {
@@ -1965,7 +2091,7 @@ def render_all(
         # tables have changed since (new tables beside old figures after a kill between the two steps)
         "tables_manifest_sha256": manifest_sha256(tables_dir),
         "figures": figures,
-        "left_out": {stem: left_out_reason(run) for stem in FIGURES if stem not in drawn},
+        "left_out": {stem: skipped[stem] for stem in FIGURES if stem in skipped},
     }
     text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     _atomic_write(out_dir / "manifest.json", lambda fh: fh.write(text.encode("utf-8")))

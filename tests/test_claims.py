@@ -1,0 +1,249 @@
+"""The article's claims are decided for the right reason: each rule on constructed table rows (pure
+functions, known answers) and on the committed runs' tables."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from specsweep import claims, tables
+from specsweep.config import build_study
+
+
+def _study(config: str = "h200.yaml", **over):
+    cfg = yaml.safe_load((ROOT / "config" / config).read_text())
+    params_b = over.pop("params_b", None)
+    if params_b is not None:
+        cfg["models"][0]["params_b"] = params_b
+    cfg.update(over)
+    return build_study(cfg)
+
+
+def _sp(model_b: float, config: str, method: str, verdict: str, speedup: float, **kw) -> dict:
+    row = dict.fromkeys((n for n, _ in tables.SPEEDUP_COLUMNS), None)
+    row |= {
+        "model": f"m{model_b}",
+        "model_params_b": model_b,
+        "workload": "code",
+        "config": config,
+        "method": method,
+        "status": "ok",
+        "speedup": speedup,
+        "speedup_lo": speedup * 0.95,
+        "speedup_hi": speedup * 1.05,
+        "verdict": verdict,
+    } | kw
+    return row
+
+
+def _cell(model: str, workload: str, config: str, **kw) -> dict:
+    row = dict.fromkeys((n for n, _ in tables.CELL_COLUMNS), None)
+    return row | {"model": model, "workload": workload, "config": config, "n": 3, "repeats": 3, "status": "ok"} | kw
+
+
+def _meas(model: str, workload: str, config: str, step_ms: list[float]) -> list[dict]:
+    return [
+        {
+            "model": model,
+            "workload": workload,
+            "config": config,
+            "status": "ok",
+            "repeat": i + 1,
+            "step_time_ms": v,
+            "decode_step_time_ms": v,
+            "output_tok_s": 1000.0 / v,
+        }
+        for i, v in enumerate(step_ms)
+    ]
+
+
+def _by_id(decided: list[dict]) -> dict[str, dict]:
+    return {c["id"]: c for c in decided}
+
+
+def test_every_claim_states_its_rule_and_numbers():
+    study = _study()
+    decided = claims.decide(study, [], [_sp(0.135, "ngram", "ngram", "slower", 0.7)], [])
+    assert [c["id"] for c in decided] == [f"C{i}" for i in range(1, 9)]
+    for c in decided:
+        assert c["rule"] == claims.RULES[c["id"]] and c["rule"], c["id"]
+    md = claims.markdown(study, decided)
+    assert "| claim | verdict | rule | evidence |" in md and claims.VERDICT_RULE in md
+    assert "0.700 [0.665, 0.735] slower" in _by_id(decided)["C1"]["evidence"]
+
+
+def test_c1_and_c8_follow_the_verdicts_by_prefix():
+    study = _study()
+    assert _by_id(claims.decide(study, [], [_sp(0.5, "ngram", "ngram", "faster", 1.3)], []))["C1"]["verdict"] == (
+        "refuted"
+    )
+    slower = [_sp(0.5, "ngram", "ngram", "slower", 0.7), _sp(0.5, "suffix", "suffix", "slower", 0.8)]
+    assert _by_id(claims.decide(study, [], slower, []))["C1"]["verdict"] == "confirmed"
+    equivalent = [_sp(0.5, "ngram", "ngram", "slower", 0.7), _sp(0.5, "suffix", "suffix", "equivalent", 1.0)]
+    assert _by_id(claims.decide(study, [], equivalent, []))["C1"]["verdict"] == "refuted"  # no regression there
+    unsure = [_sp(0.5, "ngram", "ngram", "slower", 0.7), _sp(0.5, "suffix", "suffix", "undecided (n<2)", 1.0)]
+    assert _by_id(claims.decide(study, [], unsure, []))["C1"]["verdict"] == "undecided"
+    big = _by_id(claims.decide(study, [], [_sp(70.0, "trident", "suffix", "faster", 1.4)], []))
+    assert big["C8"]["verdict"] == "confirmed"
+    assert big["C1"]["verdict"] == claims.NOT_COVERED and big["C1"]["evidence"] == "no such cells"
+    # passes on one engine decide nothing, and say what the verdicts alone would give
+    tech = _by_id(claims.decide(_study(engine_per_repeat=False), [], slower, []))["C1"]
+    assert tech["verdict"] == claims.TECHNICAL and "would say confirmed" in tech["evidence"]
+
+
+def test_random_weights_give_the_true_reason():
+    """Dummy-weight cells exist but say nothing about acceptance or speedup: the reason says so, not 'no such
+    cells'."""
+    study = build_study(yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text()))
+    row = _sp(7.0, "ngram", "ngram", "slower", 0.5, model="qwen2.5-7b-instruct", R_decode=5.6)
+    spec = _cell("qwen2.5-7b-instruct", "code-t1", "suffix", K_median=1.0, drafts=100, draft_tokens=3200)
+    spec |= {"accepted_per_pos": [0] * 32}
+    by_id = _by_id(claims.decide(study, [spec], [row], []))
+    for cid in ("C1", "C2", "C5"):
+        assert by_id[cid]["verdict"] == claims.NOT_COVERED, cid
+        assert "random weights" in by_id[cid]["evidence"] and "no such cells" not in by_id[cid]["evidence"], cid
+
+
+def test_c6_decides_from_32b_and_up_only_and_r0_of_random_weights():
+    study = _study(params_b=70.0)
+    m = "smollm2-135m-instruct"
+    inside = _sp(70.0, "ngram", "ngram", "slower", 0.9, model=m, R_decode=1.30, R_decode_lo=1.27, R_decode_hi=1.36)
+    small = _sp(7.0, "ngram", "ngram", "slower", 0.5, model="m7", R_decode=5.6, R_decode_lo=5.3, R_decode_hi=5.7)
+    c6 = _by_id(claims.decide(study, [], [inside, small], []))["C6"]
+    assert c6["verdict"] == "confirmed", c6  # the 7B R far outside the band does not enter
+    assert c6["cells"] == [f"{m}/code/ngram"] and "1 R of models < 32B not deciding" in c6["evidence"]
+    outside = inside | {"workload": "chat", "R_decode": 1.6, "R_decode_lo": 1.5, "R_decode_hi": 1.7}
+    assert _by_id(claims.decide(study, [], [inside, outside], []))["C6"]["verdict"] == "refuted"
+    straddles = inside | {"R_decode_lo": 1.2}
+    assert _by_id(claims.decide(study, [], [straddles], []))["C6"]["verdict"] == "undecided"
+    # random weights: R_full (drafts accepted, K > 1.05) is context, never a verdict; R0 decides
+    shapes = build_study(yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text()) | {"engine_per_repeat": True})
+    m32 = "qwen2.5-32b-instruct"
+    r0 = _sp(32.0, "ngram", "ngram", "slower", 0.9, model=m32, workload="code-t1", R_decode=1.3, R_decode_lo=1.26)
+    r0 |= {"R_decode_hi": 1.38}
+    full = _sp(32.0, "ngram", "ngram", "faster", 1.06, model=m32, workload="code-greedy", K=7.2, R_decode=3.8)
+    full |= {"R_decode_lo": 3.6, "R_decode_hi": 3.9}
+    c6 = _by_id(claims.decide(shapes, [], [r0, full], []))["C6"]
+    assert c6["verdict"] == "confirmed" and c6["cells"] == [f"{m32}/code-t1/ngram"]
+    assert "R_full" in c6["evidence"] and "3.80 [3.60, 3.90]" in c6["evidence"]
+
+
+def test_c6_splits_r_into_async_scheduling_and_drafting_with_vanilla_sync():
+    """With vanilla-sync cells, R = (vanilla-sync / vanilla) x (drafter / vanilla-sync) is stated beside R."""
+    study = _study(params_b=70.0)
+    m, w = "smollm2-135m-instruct", "code"
+    rows = _meas(m, w, "vanilla", [10.0, 10.1, 9.9]) + _meas(m, w, "vanilla-sync", [12.0, 12.2, 11.8])
+    rows += _meas(m, w, "ngram", [13.2, 13.4, 13.0])
+    sp = _sp(70.0, "ngram", "ngram", "slower", 0.9, model=m, R_decode=1.32, R_decode_lo=1.30, R_decode_hi=1.34)
+    c6 = _by_id(claims.decide(study, [], [sp], rows))["C6"]
+    assert "async off 1.20" in c6["evidence"] and "drafting 1.10" in c6["evidence"], c6["evidence"]
+    assert f"{m}/{w}/vanilla-sync" in c6["cells"]
+
+
+def _spec_cell(model: str, workload: str, k: float, k_lo: float | None, pos: list[int], drafts: int, dtok: int):
+    k_hi = None if k_lo is None else k + (k - k_lo)
+    row = _cell(model, workload, "ngram", method="ngram", K_median=k, K_lo=k_lo, K_hi=k_hi)
+    return row | {"drafts": drafts, "draft_tokens": dtok, "accepted_per_pos": pos}
+
+
+def test_c5_refutes_a_form_that_misses_every_cell_one_way():
+    study = _study()
+    m = "smollm2-135m-instruct"
+    # positively correlated positions: p1 = 0.5 of 7-token drafts, then nearly every next one accepted:
+    # K = 1 + sum(pos) / drafts ~ 3.9; linear 1 + 0.5 * 7 = 4.5 over-predicts, Leviathan ~ 2.0 under-predicts
+    pos = [5000, 4800, 4600, 4400, 4200, 4000, 3800]
+    k = 1 + sum(pos) / 10000
+    cells = [_spec_cell(m, w, k, k - 0.05, pos, 10000, 70000) for w in ("code", "chat")]
+    c5 = _by_id(claims.decide(study, cells, [], []))["C5"]
+    assert c5["verdict"] == "refuted"
+    assert "linear over-predicts 2 of 2" in c5["evidence"] and "leviathan under-predicts 2 of 2" in c5["evidence"]
+    assert "above p1 (Wilson intervals apart) in 2 of 2" in c5["evidence"]
+    # i.i.d. positions at p = 0.5: Leviathan fits, the linear form over-predicts: refuted (linear is worse)
+    iid = [5000, 2500, 1250, 625, 312, 156, 78]
+    cells = [_spec_cell(m, w, 1 + sum(iid) / 10000, None, iid, 10000, 70000) for w in ("code", "chat")]
+    assert _by_id(claims.decide(study, cells, [], []))["C5"]["verdict"] == "refuted"
+    # every position accepted with p1 = 1: both forms give K = g + 1 = 8: neither refuted
+    full = [10000] * 7
+    cells = [_spec_cell(m, w, 8.0, 7.95, full, 10000, 70000) for w in ("code", "chat")]
+    assert _by_id(claims.decide(study, cells, [], []))["C5"]["verdict"] == "undecided"
+    # measured K 4.5 [4.45, 4.55]: the linear form (1 + 0.5 * 7) fits, Leviathan's (~2.0) misses low: confirmed
+    lin = [5000, 3750, 3000, 2500, 2100, 1900, 1750]
+    cells = [_spec_cell(m, w, 1 + 0.5 * 7, 4.45, lin, 10000, 70000) for w in ("code", "chat")]
+    c5 = _by_id(claims.decide(study, cells, [], []))["C5"]
+    assert c5["verdict"] == "confirmed", c5["evidence"]
+
+
+def test_k_predictions_known_answer():
+    # p1 = 6/10, g = 40/10 = 4: linear 1 + 0.6 * 4 = 3.4; Leviathan (1 - 0.6^5) / 0.4
+    row = {"drafts": 10, "draft_tokens": 40, "accepted_per_pos": [6, 3, 1], "K_median": 2.0}
+    p = claims.k_predictions(row)
+    assert p["K_linear"] == pytest.approx(3.4)
+    assert p["K_leviathan"] == pytest.approx((1 - 0.6**5) / 0.4)
+    assert p["conditional_acceptance"] == pytest.approx([0.6, 0.5, 1 / 3])
+    lo, hi = claims.wilson(6, 10)
+    assert (p["p1_lo"], p["p1_hi"]) == (lo, hi) and lo < 0.6 < hi
+    assert p["K_linear_lo"] == pytest.approx(1 + lo * 4) and p["K_linear_hi"] == pytest.approx(1 + hi * 4)
+    assert claims.k_predictions({"drafts": 0, "draft_tokens": 0, "accepted_per_pos": [], "K_median": None}) is None
+
+
+def test_c4_reads_the_measured_utilisation():
+    study = _study()
+    m = "smollm2-135m-instruct"
+    cells = [
+        _cell(m, "chat", "vanilla", gpu_util_mean_lo=90.0, gpu_util_mean_hi=94.0),
+        _cell(m, "chat", "trident", gpu_util_mean_lo=70.0, gpu_util_mean_hi=75.0),
+    ]
+    sp = _sp(0.135, "trident", "suffix", "faster", 1.5, model=m, workload="chat")
+    sp |= {"gpu_util_mean": 73.3, "baseline_gpu_util_mean": 93.8}
+    c4 = _by_id(claims.decide(study, cells, [sp], []))["C4"]
+    assert c4["verdict"] == "confirmed" and "vanilla 93.8–93.8 %" in c4["evidence"]
+    assert _by_id(claims.decide(study, cells, [sp | {"verdict": "slower"}], []))["C4"]["verdict"] == "refuted"
+    # no utilisation anywhere: said so, not "no GPU"
+    bare = sp | {"gpu_util_mean": None, "baseline_gpu_util_mean": None}
+    assert "GPU utilisation not measured" in _by_id(claims.decide(study, cells, [bare], []))["C4"]["evidence"]
+
+
+def test_committed_runs_decide_for_the_right_reason():
+    """On the committed tables: C4 quotes the utilisation the H200 cells measured, C6 reads 32B and up only
+    (the code-greedy R_full of random weights as context), random-weight runs say so, n = 1 is stated."""
+
+    def load(run: str) -> dict[str, dict]:
+        return _by_id(json.loads((ROOT / "results" / run / "tables" / "claims.json").read_text()))
+
+    smol = load("h200-smollm2")
+    assert "vanilla 17.4–36.2 %" in smol["C4"]["evidence"] and smol["C4"]["verdict"].startswith("undecided")
+    assert "GPU utilisation not measured" not in smol["C4"]["evidence"]
+    assert smol["C5"]["verdict"] == "refuted" and "over-predicts 6 of 6" in smol["C5"]["evidence"]
+    assert smol["C6"]["verdict"] == claims.NOT_COVERED and "models < 32B not deciding" in smol["C6"]["evidence"]
+    shapes = load("h200-shapes")
+    assert "vanilla 38.6–99.3 %" in shapes["C4"]["evidence"] and "random weights" in shapes["C4"]["evidence"]
+    assert "random weights" in shapes["C1"]["evidence"] and "random weights" in shapes["C5"]["evidence"]
+    assert shapes["C6"]["cells"] == ["qwen2.5-32b-instruct/code-t1/ngram", "qwen2.5-32b-instruct/code-t1/suffix"]
+    assert shapes["C6"]["verdict"] == claims.TECHNICAL  # passes on one engine decide nothing
+    assert "qwen2.5-32b-instruct/code-t1/ngram 1.29 (technical replicates): undecided" in shapes["C6"]["evidence"]
+    for run in ("h200-smollm2", "h200-shapes", "h200x2-shapes", "h200-fp8-shapes"):
+        for c in load(run).values():
+            assert c["rule"] and c["evidence"], (run, c["id"])
+    assert "n = 1 measured" in (ROOT / "results/h200-smollm2/tables/readme.md").read_text()
+
+
+def test_a_cpu_run_decides_no_claim_and_answers_its_own_question():
+    study = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
+    m = "smollm2-135m-instruct"
+    crow = [
+        _cell(m, w, c, repeats=2, n=2, output_tok_s_cv=0.03) for w in ("code", "chat") for c in ("vanilla", "ngram")
+    ]
+    sp = [_sp(0.135, "ngram", "ngram", "faster", 1.8, model=m)]
+    decided = _by_id(claims.decide(study, crow, sp, []))
+    for cid in (f"C{i}" for i in range(1, 9)):
+        assert decided[cid]["verdict"] == claims.NOT_ON_CPU, cid
+    assert "would say refuted" in decided["C1"]["evidence"]  # the rule's answer is shown, not taken
+    assert decided["CPU"]["verdict"] == "confirmed" and "8 of 8 planned measurements ok" in decided["CPU"]["evidence"]
+    noisy = [*crow[:-1], crow[-1] | {"output_tok_s_cv": 0.25}]
+    cpu = _by_id(claims.decide(study, noisy, sp, []))["CPU"]
+    assert cpu["verdict"] == "refuted" and "largest 25.0%" in cpu["evidence"]
+    short = [*crow[:-1], crow[-1] | {"n": 1, "output_tok_s_cv": None}]
+    assert _by_id(claims.decide(study, short, sp, []))["CPU"]["verdict"] == "refuted"
