@@ -152,7 +152,7 @@ class Study:
         arms of one model alternate (vanilla r1, ngram r1, suffix r1, vanilla r2, ...), so a drift over the
         run (a machine warming up, a slow first engine) falls on every arm alike instead of on the arm that
         ran first. Within a round a model's steps follow a seeded permutation of its steps (seed
-        `schedule_seed`, per model), rotated by one place per round: over as many rounds as there are steps,
+        `schedule_seed`, per model, of the steps sorted by name), rotated by one place per round: over as many rounds as there are steps,
         each step takes each place of the round once (a Latin square). Models keep the config's order.
         engine_per_repeat: false has one engine per (model, step), its repeats passes on it: the steps of a
         model follow the same seeded permutation, but the passes of one arm are blocked together.
@@ -160,7 +160,9 @@ class Study:
         used = {(c.model, c.config) for c in self.cells}
         base: dict[str, list[str]] = {}
         for model in self.models:
-            steps = [s for s in self.ladder if (model, s) in used]
+            # sorted first: the permutation must not depend on the order of the ladder's keys (the jobs read a
+            # copy of the config with sorted keys)
+            steps = sorted(s for s in self.ladder if (model, s) in used)
             random.Random(f"{self.schedule_seed}/{model}").shuffle(steps)
             base[model] = steps
         if not self.engine_per_repeat:
