@@ -152,8 +152,9 @@ class Study:
         arms of one model alternate (vanilla r1, ngram r1, suffix r1, vanilla r2, ...), so a drift over the
         run (a machine warming up, a slow first engine) falls on every arm alike instead of on the arm that
         ran first. Within a round a model's steps follow a seeded permutation of its steps (seed
-        `schedule_seed`, per model, of the steps sorted by name), rotated by one place per round: over as many rounds as there are steps,
-        each step takes each place of the round once (a Latin square). Models keep the config's order.
+        `schedule_seed`, per model, of the steps sorted by name), rotated by one place per round: over as
+        many rounds as there are steps, each step takes each place of the round once (a Latin square).
+        Models keep the config's order.
         engine_per_repeat: false has one engine per (model, step), its repeats passes on it: the steps of a
         model follow the same seeded permutation, but the passes of one arm are blocked together.
         """
