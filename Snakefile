@@ -1,6 +1,6 @@
 # specsweep: vLLM's built-in speculative decoding, measured cell by cell.
 #   snakemake --cores 1 --resources gpu=8                         the paper matrix (config/config.yaml, 156 cells)
-#   snakemake --profile profiles/cpu                              the CPU profile (config/smoke.yaml, 24 cells)
+#   snakemake --profile profiles/cpu                              the CPU profile (config/smoke.yaml, 6 cells x 3)
 #   snakemake figures                                             tables + figures from the cells that exist
 #   snakemake preflight --configfile config/preflight.yaml        every cell tried on random weights first
 import os

@@ -131,6 +131,33 @@ def test_one_engine_serves_the_cells_of_a_ladder_step_and_repeat(tiny_run):
     assert 0 < gt["generating_share"] < 1
 
 
+def test_engines_start_in_the_seeded_interleaved_order(tiny_run):
+    """Snakemake follows the schedule (job priorities, one job at a time): the engines started in the seeded,
+    interleaved order of Study.engine_order (repeat 1 of every ladder step before any repeat 2), the jobs ran
+    in Study.schedule's order, and each cell records its engine's place in it."""
+    study = build_study(dict(tiny_run["cfg"]))
+    docs = [
+        _cell(tiny_run, config, r, workload)
+        for config in ("vanilla", "ngram", "suffix")
+        for r in (1, 2)
+        for workload in ("code", "sonnet")
+    ]
+    spawned = sorted({(d["engine"]["spawned_at"], d["config"], d["repeat"]) for d in docs})
+    assert [(c, r) for _, c, r in spawned] == [(step, r) for _, step, r in study.engine_order()]
+    assert [r for _, _, r in spawned] == [1, 1, 1, 2, 2, 2]
+    jobs = sorted(docs, key=lambda d: d["job"]["started_at"])
+    assert [(d["workload"], d["config"], d["repeat"]) for d in jobs] == [
+        (c.workload, c.config, r) for c, r in study.schedule()
+    ]
+    for d in docs:
+        assert d["schedule"] == {
+            "seed": 0,
+            "position": 1 + study.engine_order().index((MODEL, d["config"], d["repeat"])),
+            "of": 6,
+            "order": "interleaved",
+        }
+
+
 def test_tables_pool_repeats_with_intervals(tiny_run, tmp_path, monkeypatch):
     study = build_study(dict(tiny_run["cfg"]))
     monkeypatch.chdir(tiny_run["work"])  # cell paths in the tables are relative, as in the pipeline

@@ -194,14 +194,21 @@ def test_dry_run_commands_resolve_python_from_the_job_environment(checkout, ligh
 
 
 def test_plain_checkout_runs_light_jobs_for_real(checkout, light_bin, tmp_path):
-    """The corpus and the six workloads of the CPU profile, made for real by jobs of the light Python, which
-    can import specsweep only from the copy (through the PYTHONPATH of the rule's command)."""
+    """The corpus and the six workloads the CPU profile defines (its demo measures two of them: a config of its
+    own puts all six in a group), made for real by jobs of the light Python, which can import specsweep only
+    from the copy (through the PYTHONPATH of the rule's command)."""
     log = tmp_path / "imports.log"
+    cfg = yaml.safe_load((checkout / "config" / "smoke.yaml").read_text())
+    cfg["groups"] = {
+        "six": {"models": ["smollm2-135m-instruct"], "workloads": list(cfg["workloads"]), "configs": ["vanilla"]}
+    }
+    six = tmp_path / "six.yaml"
+    six.write_text(yaml.safe_dump(cfg, sort_keys=False))
     snakemake_in(
         checkout,
         user_env(light_bin, log),
         "--configfile",
-        "config/smoke.yaml",
+        str(six),
         "--until",
         "workload",
         "--config",

@@ -158,18 +158,63 @@ def test_stale_keys_and_levers():
     assert tables._levers(step) == ({"async_scheduling"}, {"VLLM_USE_V2_MODEL_RUNNER"})
 
 
+def _runs(keys: list) -> list:
+    """The runs of equal consecutive keys, one key each."""
+    return [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k]
+
+
 def test_schedule_keeps_engines_adjacent_and_interleaves():
     study = _study(repeats=2)
     order = study.schedule()
     assert len(order) == len(study.cells) * 2
-    engines = [(c.model, c.config, r) for c, r in order]
-    seen: list = []
-    for e in engines:  # each engine's cells are one contiguous run
-        if not seen or seen[-1] != e:
-            assert e not in seen
-            seen.append(e)
+    engines = _runs([(c.model, c.config, r) for c, r in order])
+    assert len(engines) == len(set(engines)) == len(study.engine_order())  # each engine's cells one contiguous run
+    assert engines == study.engine_order()
     first = {r: next(c.config for c, rr in order if rr == r) for r in (1, 2)}
     assert first[1] != first[2]
+
+
+def test_schedule_rounds_are_a_seeded_latin_square():
+    """Round r holds repeat r of every ladder step, before any step's repeat r + 1; a model's steps are a seeded
+    permutation rotated by one place per round, so over as many rounds as steps each step takes each place of
+    the round once. The seed changes the permutation, never the rounds; the same seed gives the same order."""
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())  # 9 models, 4 ladder steps
+    study = build_study(dict(cfg, repeats=4))
+    order = study.engine_order()
+    models, steps = list(study.models), ["vanilla", "ngram", "suffix", "trident"]
+    assert len(order) == len(set(order)) == len(models) * len(steps) * 4
+    per_round = len(models) * len(steps)
+    for r in range(1, 5):
+        block = order[(r - 1) * per_round : r * per_round]
+        assert {e[2] for e in block} == {r}  # rounds in order, none mixed
+        assert [m for m, _, _ in block[:: len(steps)]] == models  # models in the config's order
+    for model in models:
+        rounds = [[s for m, s, rr in order if m == model and rr == r] for r in range(1, 5)]
+        assert all(sorted(rnd) == sorted(steps) for rnd in rounds)
+        assert all(rounds[r] == rounds[0][r:] + rounds[0][:r] for r in range(4))  # rotated one place per round
+        for place in range(4):
+            assert {rnd[place] for rnd in rounds} == set(steps)  # every step in every place once
+    assert build_study(dict(cfg, repeats=4)).engine_order() == order  # deterministic (no hash randomisation)
+    # the config as the jobs read it (keys sorted) gives the same order
+    resorted = dict(cfg, repeats=4, ladder=dict(sorted(cfg["ladder"].items(), reverse=True)))
+    assert build_study(resorted).engine_order() == order
+    firsts = {tuple(build_study(dict(cfg, repeats=4, schedule_seed=seed)).engine_order()[:4]) for seed in range(8)}
+    assert len(firsts) > 1  # the seed moves the order
+
+
+def test_schedule_record_of_each_measurement():
+    """Every measurement records its engine's place: the cells of one engine share it, places run 1..of."""
+    study = _study(repeats=3)
+    assert study.raw["schedule_seed"] == 0
+    recs = [study.schedule_record(c, r) for c, r in study.schedule()]
+    assert {(rec["seed"], rec["of"], rec["order"]) for rec in recs} == {(0, 9, "interleaved")}
+    assert _runs([rec["position"] for rec in recs]) == list(range(1, 10))
+    # the cheap mode: one engine per (model, step), its repeats passes on it, blocked
+    shared = _study(repeats=3, engine_per_repeat=False)
+    recs = [shared.schedule_record(c, r) for c, r in shared.schedule()]
+    assert {(rec["of"], rec["order"]) for rec in recs} == {(3, "blocked")}
+    assert _runs([rec["position"] for rec in recs]) == [1, 2, 3]
+    assert len(recs) == 18 and [r for _, r in shared.schedule()[:6]] == [1, 1, 2, 2, 3, 3]
 
 
 def test_shared_engine_repeats_and_per_workload_temperature():

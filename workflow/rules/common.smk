@@ -103,8 +103,9 @@ FETCHED_MODELS = [m.name for m in STUDY.models.values() if m.revision]
 
 
 SCHEDULE = STUDY.schedule()
-# Snakemake runs the highest priority first: the schedule's order (cells of one engine adjacent, ladder steps
-# rotated per repeat).
+# Snakemake runs the highest priority first: the schedule's order (Study.engine_order: in rounds, repeat r of
+# every ladder step before repeat r + 1 of any, a model's steps in a seeded order rotated per round; the cells of
+# one engine adjacent); one job at a time (the profiles' --cores 1) keeps to it exactly.
 PRIORITY = {
     (c.model, c.workload, c.config, r): len(SCHEDULE) - i
     for i, (c, r) in enumerate(SCHEDULE)

@@ -243,7 +243,8 @@ def _check(doc: dict[str, Any], fail: Fail) -> None:
 
 
 def _check_engine(doc: dict[str, Any], fail: Fail) -> None:
-    """A measurement on a reused engine: the repeat, the engine's place in its sequence, the job's clock."""
+    """A measurement on a reused engine: the repeat, the engine's place in its sequence and in the run's
+    schedule, the job's clock."""
     eng, job, timing, steps = doc["engine"], doc["job"], doc["timing"], doc["steps"]
     if eng["engine_start_paid"] != (eng["position"] == 1):
         fail(
@@ -261,6 +262,9 @@ def _check_engine(doc: dict[str, Any], fail: Fail) -> None:
             f"job.wall_s is {_fmt(job['wall_s'])}, but job.finished_at - job.started_at = "
             f"{_fmt(job['finished_at'] - job['started_at'])}"
         )
+    sched = doc.get("schedule")
+    if sched is not None and sched["position"] > sched["of"]:
+        fail(f"schedule.position is {sched['position']}, beyond the run's {sched['of']} engine starts (schedule.of)")
     prefill = steps.get("prefill_steps")
     if prefill is not None and steps.get("decode_steps") is not None:
         if steps["decode_steps"] != steps["engine_steps"] - prefill:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import random
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -157,29 +158,68 @@ class Study:
         """The ladder step every other step is compared with (config key `baseline`)."""
         return self.raw["baseline"]
 
+    @property
+    def schedule_seed(self) -> int:
+        """Seed of the order of engine starts (config key `schedule_seed`)."""
+        return int(self.raw["schedule_seed"])
+
+    def engine_order(self) -> list[tuple[str, str, int]]:
+        """Every engine start of the run, in the order they should happen: (model, ladder step, engine repeat).
+
+        engine_per_repeat (the default) runs in rounds, round r holding repeat r of every (model, step): the
+        arms of one model alternate (vanilla r1, ngram r1, suffix r1, vanilla r2, ...), so a drift over the
+        run (a machine warming up, a slow first engine) falls on every arm alike instead of on the arm that
+        ran first. Within a round a model's steps follow a seeded permutation of its steps (seed
+        `schedule_seed`, per model, of the steps sorted by name), rotated by one place per round: over as
+        many rounds as there are steps, each step takes each place of the round once (a Latin square).
+        Models keep the config's order.
+        engine_per_repeat: false has one engine per (model, step), its repeats passes on it: the steps of a
+        model follow the same seeded permutation, but the passes of one arm are blocked together.
+        """
+        used = {(c.model, c.config) for c in self.cells}
+        base: dict[str, list[str]] = {}
+        for model in self.models:
+            # sorted first: the permutation must not depend on the order of the ladder's keys (the jobs read a
+            # copy of the config with sorted keys)
+            steps = sorted(s for s in self.ladder if (model, s) in used)
+            random.Random(f"{self.schedule_seed}/{model}").shuffle(steps)
+            base[model] = steps
+        if not self.engine_per_repeat:
+            return [(model, step, 0) for model in self.models for step in base[model]]
+        order: list[tuple[str, str, int]] = []
+        for r in range(1, self.repeats + 1):
+            for model, steps in base.items():
+                if steps:
+                    k = (r - 1) % len(steps)
+                    order += [(model, step, r) for step in steps[k:] + steps[:k]]
+        return order
+
     def schedule(self) -> list[tuple[Cell, int]]:
-        """Every (cell, repeat) in the order they should be measured: grouped by engine (model, ladder step,
-        repeat) so one engine serves adjacent cells, and interleaved: repeat r visits the ladder steps rotated
-        by r-1, so no step is measured all first (run order is not confounded with the config)."""
-        steps = list(self.ladder)
+        """Every (cell, repeat) in the order they should be measured: engine by engine (engine_order), an
+        engine's cells adjacent in the config's workload order (its repeats one after the other when the
+        repeats are passes on one engine)."""
         by_engine: dict[tuple[str, str], list[Cell]] = {}
         for cell in self.cells:
             by_engine.setdefault((cell.model, cell.config), []).append(cell)
         order: list[tuple[Cell, int]] = []
-        if not self.engine_per_repeat:  # one engine per (model, step): its cells' repeats back to back
-            for model in self.models:
-                for step in steps:
-                    for r in range(1, self.repeats + 1):
-                        order += [(cell, r) for cell in by_engine.get((model, step), [])]
-            return order
-        for r in range(1, self.repeats + 1):
-            k = (r - 1) % len(steps)
-            rotated = steps[k:] + steps[:k]
-            for model in self.models:
-                for step in rotated:
-                    for cell in by_engine.get((model, step), []):
-                        order.append((cell, r))
+        for model, step, r in self.engine_order():
+            cells = by_engine[(model, step)]
+            repeats = [r] if r else list(range(1, self.repeats + 1))
+            order += [(cell, rr) for rr in repeats for cell in cells]
         return order
+
+    def schedule_record(self, cell: Cell, repeat: int) -> dict[str, Any]:
+        """What a cell records of the schedule: the seed, its engine's place among the run's engine starts
+        (1-based) and their number, and the order (`interleaved`: one engine per repeat, in rounds;
+        `blocked`: one engine per (model, step), its repeats passes on it)."""
+        order = self.engine_order()
+        position = order.index((cell.model, cell.config, self.engine_repeat(repeat))) + 1
+        return {
+            "seed": self.schedule_seed,
+            "position": position,
+            "of": len(order),
+            "order": "interleaved" if self.engine_per_repeat else "blocked",
+        }
 
     def cell(self, model: str, workload: str, config: str) -> Cell:
         c = Cell(model, workload, config)

@@ -379,6 +379,7 @@ def run_cell(
             )
             doc["engine"] |= {"host_pid": os.getpid(), "spawned_at": t0, "spawned_by_this_job": True}
         t_end = time.time()
+        doc["schedule"] = study.schedule_record(cell, key.repeat)
         doc["provenance"]["started"] = started
         doc["provenance"]["snakemake"] = _snakemake_version()
         # the scheduler job that ran this cell (the engine host may have been spawned by an earlier one)
