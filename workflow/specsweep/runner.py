@@ -17,7 +17,8 @@ from . import cells, enginehost, metrics, paths, preflight_checks, provenance, w
 from .config import Cell, Study
 from .engine import Engine, engine_identity, engine_key, resolve_model, token_hash
 from .errors import SpecsweepError
-from .jsonio import atomic_write_json, sha256_obj
+from .jsonio import atomic_write_bytes, atomic_write_json, sha256_obj
+from .replay import tokens_path as replay_tokens_path
 
 FORMAT = "specsweep-cell/2"
 
@@ -135,7 +136,37 @@ def build_doc(
             "started": None,  # filled in by the cell job
             "finished": provenance.utc_now(),
         },
-    }
+    } | _replay_payload(spec.weights, raw["timed_ids"], out_ids, engine)
+
+
+#: The key under which build_doc hands the token ids to run_cell, which stores them beside the cell and
+#: replaces the key by the cell's `replay_tokens` record (see attach_tokens).
+TOKENS_KEY = "_replay_token_ids"
+
+
+def _replay_payload(
+    weights: str, prompts: list[list[int]], responses: list[list[int]], engine: Engine
+) -> dict[str, Any]:
+    """Real-weight cells carry their prompts' and responses' token ids (what `specsweep replay` needs); the
+    outputs of dummy weights are noise that no drafter should be judged on."""
+    if weights == "dummy":
+        return {}
+    from .replay import tokenizer_identity
+
+    return {TOKENS_KEY: {"prompts": prompts, "responses": responses,
+                         "tokenizer": tokenizer_identity(engine.llm.get_tokenizer())}}  # fmt: skip
+
+
+def attach_tokens(doc: dict[str, Any], out_path: Path) -> bytes | None:
+    """Take the token ids out of the doc and put in their place the record of the token file to be written
+    beside the cell (returns its bytes; None for cells without token ids)."""
+    payload = doc.pop(TOKENS_KEY, None)
+    if payload is None:
+        return None
+    from .replay import tokens_blob
+
+    data, doc["replay_tokens"] = tokens_blob(out_path, payload["prompts"], payload["responses"], payload["tokenizer"])
+    return data
 
 
 def informative_line(exc: BaseException) -> str:
@@ -265,6 +296,7 @@ def run_cell(
             "wait_for_engine_s": wait_s,
             "reuse": reuse,
         }
+        token_file = attach_tokens(doc, out_path)
         cells.validate(doc, str(out_path))
         archived = _archive(root, key, doc)
         if watch_pid is not None and not enginehost._pid_alive(watch_pid):
@@ -274,6 +306,8 @@ def run_cell(
                 f"cell {key.label}: the scheduler (pid {watch_pid}) died during the measurement; "
                 f"kept only in the archive: {archived}"
             )
+        if token_file is not None:  # first the token file, then the cell that names it by its hash
+            atomic_write_bytes(replay_tokens_path(out_path), token_file)
         atomic_write_json(out_path, doc)
     except BaseException as exc:  # record the failure as data (the previous measurement stays), then fail
         _write_failure(study, key, fail_path, exc, log_path, started)
