@@ -368,18 +368,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "suffix_decoding_max_cached_requests": args.suffix_max_cached_requests,
     }
     given = {k: v for k, v in given.items() if v is not None}
+    engine: dict[str, Any] = {}
     if args.cell:
-        requests, spec, max_len = replay.load_cell(Path(args.cell), tok)
+        requests, spec, engine = replay.load_cell(Path(args.cell), tok)
         source = str(args.cell)
     else:
-        requests, spec, max_len = replay.load_traffic(Path(args.traffic), tok), {}, None
+        requests, spec = replay.load_traffic(Path(args.traffic), tok), {}
         source = str(args.traffic)
     spec = spec | given
     if "method" not in spec:
         raise SpecsweepError("replay: --method (ngram or suffix) is needed for a traffic file")
-    drafter = replay.Drafter.from_speculative(spec, args.max_model_len or max_len)
-    results = replay.replay(requests, drafter, args.schedule, args.concurrency)
-    doc = replay.report(results, drafter, args.schedule, source, args.seed)
+    drafter = replay.Drafter.from_speculative(spec, args.max_model_len or engine.get("max_model_len"))
+    concurrency = args.concurrency or engine.get("max_num_seqs")
+    budget = args.token_budget or engine.get("max_num_batched_tokens")
+    run = replay.run_replay(requests, drafter, args.schedule, concurrency, budget)
+    plain = replay.run_replay(requests, None, args.schedule, concurrency, budget)
+    doc = replay.report(run, drafter, args.schedule, source, args.seed, plain.engine_steps)
+    doc["concurrency"], doc["token_budget"] = concurrency, budget
     atomic_write_json(Path(args.out), doc)
     o = doc["overall"]
     k = "n/a" if o["K"] is None else f"{o['K']:.3f} [{o['K_ci'][0]:.3f}, {o['K_ci'][1]:.3f}]"
@@ -523,7 +528,14 @@ def parser() -> argparse.ArgumentParser:
         help="lockstep: requests advance together, one engine step at a time (default); "
         "finish: one after another in the order the real run finished them",
     )
-    sp.add_argument("--concurrency", type=int, help="lockstep: requests running at once (default: all)")
+    sp.add_argument(
+        "--concurrency", type=int, help="lockstep: requests running at once (default: a cell's max_num_seqs, else all)"
+    )
+    sp.add_argument(
+        "--token-budget",
+        type=int,
+        help="lockstep: tokens one engine step schedules (default: a cell's max_num_batched_tokens, else no limit)",
+    )
     sp.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
     sp.set_defaults(func=cmd_replay)
     return p

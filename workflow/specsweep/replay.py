@@ -227,17 +227,40 @@ class _Suffix:
 # ---------------------------------------------------------------------------------------------- the replay
 
 
+@dataclass
+class ReplayRun:
+    """A replay's per-request results and the engine steps its schedule took (lockstep: the steps a batch
+    with that admission, budget and drafter would run; finish: the sum over requests run one by one)."""
+
+    results: list[RequestResult]
+    engine_steps: int
+
+
 def replay(
     requests: Sequence[Request], drafter: Drafter, schedule: str = "lockstep", concurrency: int | None = None
 ) -> list[RequestResult]:
-    """Replay the drafter over every response; results in the requests' order.
+    """Replay the drafter over every response; results in the requests' order (see run_replay)."""
+    return run_replay(requests, drafter, schedule, concurrency).results
+
+
+def run_replay(
+    requests: Sequence[Request],
+    drafter: Drafter | None,
+    schedule: str = "lockstep",
+    concurrency: int | None = None,
+    token_budget: int | None = None,
+) -> ReplayRun:
+    """Replay the drafter (None: no drafting, vanilla decoding) over every response.
 
     schedule "lockstep": requests are admitted in their order, up to `concurrency` at once (default: all, as a
-    cell's timed pass submits them), and every running request advances one engine step at a time.
+    cell's timed pass submits them), and every running request advances one engine step at a time. With a
+    token_budget (vLLM's max_num_batched_tokens) a step schedules the running requests first (1 + draft
+    tokens each), then prefills waiting ones in chunks with what is left, as vLLM's scheduler does; a request's
+    first token comes in the step that completes its prompt.
     schedule "finish": one request after another in finish order (Request.finish_order; the global suffix
     cache then holds every earlier response whole). For ngram the schedule changes nothing: it drafts from the
     request's own tokens only."""
-    d = drafter.resolved()
+    d = drafter.resolved() if drafter is not None else None
     if schedule not in ("lockstep", "finish"):
         raise SpecsweepError(f"replay schedule '{schedule}': lockstep or finish")
     if not requests:
@@ -253,28 +276,43 @@ def replay(
     width = len(requests) if concurrency is None else concurrency
     if width < 1:
         raise SpecsweepError(f"replay concurrency {concurrency}: must be >= 1")
-    impl: _Ngram | _Suffix = _Ngram(d) if d.method == "ngram" else _Suffix(d)
+    budget = token_budget if token_budget is not None else UNBOUNDED_LEN
+    if budget < 1:
+        raise SpecsweepError(f"replay token budget {token_budget}: must be >= 1")
+    impl: _Ngram | _Suffix | None = None if d is None else (_Ngram(d) if d.method == "ngram" else _Suffix(d))
     results = [RequestResult(r.name, len(r.prompt), len(r.response)) for r in requests]
     for res in results:
-        res.accepted_per_pos = [0] * (d.num_speculative_tokens or 0)
+        res.accepted_per_pos = [0] * ((d.num_speculative_tokens or 0) if d else 0)
     seqs = [np.asarray(list(r.prompt) + list(r.response), dtype=np.int32) for r in requests]
     waiting = list(order)
     running: list[int] = []  # in admission order
+    prefill_left: dict[int, int] = {}  # prompt tokens not yet computed
     pos: dict[int, int] = {}  # response tokens emitted so far
     draft: dict[int, list[int]] = {}
     leaving: list[int] = []  # finished in the last step; stopped at the next propose (vLLM's order)
+    engine_steps = 0
     while waiting or running:
-        while waiting and len(running) < width:
-            running.append(waiting.pop(0))
+        engine_steps += 1
+        left = budget
         stepped: list[tuple[int, int]] = []  # (request, tokens emitted this step)
         for i in running:
+            if left <= 0:
+                break
             n_resp = len(requests[i].response)
-            if i not in pos:  # the prefill step: the first token, no draft
+            if i not in pos:  # (the rest of) its prefill: the first token when the prompt is complete
+                chunk = min(left, prefill_left[i])
+                prefill_left[i] -= chunk
+                left -= chunk
+                if prefill_left[i]:
+                    continue
                 emitted = 1
                 pos[i] = 0
-                impl.start(i, np.asarray(requests[i].prompt, dtype=np.int32))
+                if impl is not None:
+                    impl.start(i, np.asarray(requests[i].prompt, dtype=np.int32))
             else:
                 proposal, start = draft.pop(i, []), pos[i]
+                proposal = proposal[: max(0, left - 1)]  # the scheduler trims drafts to the budget
+                left -= 1 + len(proposal)
                 target = requests[i].response[start : start + len(proposal)]
                 accepted = 0
                 while accepted < len(target) and proposal[accepted] == target[accepted]:
@@ -289,23 +327,37 @@ def replay(
                 emitted = min(accepted + 1, n_resp - start)
             results[i].steps += 1
             stepped.append((i, emitted))
-        for i in leaving:  # vLLM stops a request in the first propose after it left the batch
-            impl.stop(i)
+        while waiting and len(running) < width and left > 0:  # admit and prefill with what is left
+            i = waiting.pop(0)
+            running.append(i)
+            chunk = min(left, len(requests[i].prompt))
+            prefill_left[i] = len(requests[i].prompt) - chunk
+            left -= chunk
+            if prefill_left[i] == 0:
+                pos[i] = 0
+                if impl is not None:
+                    impl.start(i, np.asarray(requests[i].prompt, dtype=np.int32))
+                results[i].steps += 1
+                stepped.append((i, 1))
+        if impl is not None:
+            for i in leaving:  # vLLM stops a request in the first propose after it left the batch
+                impl.stop(i)
         leaving = []
         for i, emitted in stepped:
             plen = len(requests[i].prompt)
             sampled = seqs[i][plen + pos[i] : plen + pos[i] + emitted]
             pos[i] += emitted
             context = seqs[i][: plen + pos[i]]
-            proposal = impl.propose(i, context, sampled)
+            proposal = impl.propose(i, context, sampled) if impl is not None else []
             if pos[i] >= len(requests[i].response):
                 leaving.append(i)
             else:
                 draft[i] = proposal
-        running = [i for i in running if pos[i] < len(requests[i].response)]
-    for i in leaving:
-        impl.stop(i)
-    return results
+        running = [i for i in running if pos.get(i, 0) < len(requests[i].response)]
+    if impl is not None:
+        for i in leaving:
+            impl.stop(i)
+    return ReplayRun(results, engine_steps)
 
 
 # ---------------------------------------------------------------------------------------------- the summary
@@ -351,16 +403,21 @@ def summarize(results: Sequence[RequestResult], seed: int = 0, resamples: int = 
 
 
 def report(
-    results: Sequence[RequestResult], drafter: Drafter, schedule: str, source: str, seed: int = 0
+    run: ReplayRun, drafter: Drafter, schedule: str, source: str, seed: int = 0, vanilla_steps: int | None = None
 ) -> dict[str, Any]:
-    """The replay document: settings, overall summary with intervals, and every request."""
+    """The replay document: settings, overall summary with intervals, the engine steps of the schedule (and,
+    given the steps of the same schedule without drafting, the step ratio T), and every request."""
+    overall = summarize(run.results, seed)
+    overall["engine_steps"] = run.engine_steps
+    overall["vanilla_engine_steps"] = vanilla_steps
+    overall["T"] = vanilla_steps / run.engine_steps if vanilla_steps else None
     return {
         "format": FORMAT,
         "source": source,
         "drafter": asdict(drafter.resolved()),
         "schedule": schedule,
-        "overall": summarize(results, seed),
-        "per_request": [r.as_dict() for r in results],
+        "overall": overall,
+        "per_request": [r.as_dict() for r in run.results],
     }
 
 
@@ -517,13 +574,13 @@ def load_tokenizer(path: Path) -> Any:
         raise SpecsweepError(f"tokenizer {path}: cannot be loaded ({type(exc).__name__}: {exc})") from None
 
 
-def load_cell(cell_path: Path, tokenizer: Any | None) -> tuple[list[Request], dict[str, Any], int | None]:
-    """A cell's requests, its drafter settings (settings.ladder.speculative) and its engine's max_model_len."""
+def load_cell(cell_path: Path, tokenizer: Any | None) -> tuple[list[Request], dict[str, Any], dict[str, Any]]:
+    """A cell's requests, its drafter settings (settings.ladder.speculative) and its engine settings."""
     from . import cells
 
     doc = cells.load(Path(cell_path))
     spec = doc["settings"]["ladder"].get("speculative") or {}
-    return cell_requests(Path(cell_path), doc, tokenizer), dict(spec), doc["settings"]["engine"].get("max_model_len")
+    return cell_requests(Path(cell_path), doc, tokenizer), dict(spec), dict(doc["settings"]["engine"])
 
 
 def cell_requests(cell_path: Path, doc: dict[str, Any], tokenizer: Any | None = None) -> list[Request]:

@@ -136,7 +136,7 @@ def build_doc(
             "started": None,  # filled in by the cell job
             "finished": provenance.utc_now(),
         },
-    } | _replay_payload(spec.weights, raw["timed_ids"], out_ids, engine)
+    } | _replay_payload(spec.weights, raw["timed_ids"], out_ids, outs, engine)
 
 
 #: The key under which build_doc hands the token ids to run_cell, which stores them beside the cell and
@@ -145,16 +145,32 @@ TOKENS_KEY = "_replay_token_ids"
 
 
 def _replay_payload(
-    weights: str, prompts: list[list[int]], responses: list[list[int]], engine: Engine
+    weights: str, prompts: list[list[int]], responses: list[list[int]], outs: list[Any], engine: Engine
 ) -> dict[str, Any]:
-    """Real-weight cells carry their prompts' and responses' token ids (what `specsweep replay` needs); the
-    outputs of dummy weights are noise that no drafter should be judged on."""
+    """Real-weight cells carry their prompts' and responses' token ids and finish order (what `specsweep
+    replay` needs); the outputs of dummy weights are noise that no drafter should be judged on."""
     if weights == "dummy":
         return {}
     from .replay import tokenizer_identity
 
-    return {TOKENS_KEY: {"prompts": prompts, "responses": responses,
-                         "tokenizer": tokenizer_identity(engine.llm.get_tokenizer())}}  # fmt: skip
+    tok = tokenizer_identity(engine.llm.get_tokenizer())
+    return {
+        TOKENS_KEY: {"prompts": prompts, "responses": responses, "tokenizer": tok, "finish_order": _finish_order(outs)}
+    }
+
+
+def _finish_order(outs: list[Any]) -> list[int] | None:
+    """Each request's rank in finishing (0 first), from the engine core's last-token timestamps; requests
+    finished in one step share a timestamp and keep their prompt order. None where vLLM gives no timestamps
+    (a cell's requests.finish_order, where present, is read first)."""
+    ts = [getattr(getattr(o, "metrics", None), "last_token_ts", None) for o in outs]
+    if any(not isinstance(t, float) or t <= 0 for t in ts):
+        return None
+    order = sorted(range(len(ts)), key=lambda i: (ts[i], i))
+    rank = [0] * len(ts)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return rank
 
 
 def attach_tokens(doc: dict[str, Any], out_path: Path) -> bytes | None:
@@ -166,6 +182,7 @@ def attach_tokens(doc: dict[str, Any], out_path: Path) -> bytes | None:
     from .replay import tokens_blob
 
     data, doc["replay_tokens"] = tokens_blob(out_path, payload["prompts"], payload["responses"], payload["tokenizer"])
+    doc["replay_tokens"]["finish_order"] = payload.get("finish_order")
     return data
 
 
