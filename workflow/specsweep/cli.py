@@ -15,6 +15,7 @@
     specsweep figures    --config C --tables results/r/tables --out figures/r
     specsweep status     --config C [--results results] [--json]          # done, failed, stale, left; GPU time
     specsweep replay     --traffic T.jsonl --tokenizer DIR --method ngram --out replay.json   # K without a GPU
+    specsweep advise     --replay replay.json --tables results/r/tables --model M --out advice.md
 """
 
 from __future__ import annotations
@@ -392,6 +393,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_advise(args: argparse.Namespace) -> int:
+    from . import advise
+    from .jsonio import atomic_write_bytes
+
+    adv = advise.advise(
+        [Path(p) for p in args.replay],
+        Path(args.tables),
+        args.model,
+        args.workload,
+        Path(args.configs) if args.configs else None,
+    )
+    text = advise.markdown(adv)
+    atomic_write_bytes(Path(args.out), text.encode())
+    print("\n".join(adv["recommendation"]))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specsweep", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -538,6 +556,17 @@ def parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
     sp.set_defaults(func=cmd_replay)
+    sp = sub.add_parser(
+        "advise",
+        help="predict each drafter's speedup from replays and a run's measured step times; recommend",
+    )
+    sp.add_argument("--replay", action="append", required=True, help="a replay report (one per drafter)")
+    sp.add_argument("--tables", required=True, help="a run's tables folder (its speedup table gives R)")
+    sp.add_argument("--model", required=True, help="the model shape whose step times apply")
+    sp.add_argument("--workload", help="use R of this workload only (default: the spread over all)")
+    sp.add_argument("--configs", help="folder of study configs named when a shape was never measured")
+    sp.add_argument("--out", required=True, help="the Markdown report")
+    sp.set_defaults(func=cmd_advise)
     return p
 
 
