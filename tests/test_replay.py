@@ -15,11 +15,15 @@ from specsweep import cli, replay
 from specsweep.errors import SpecsweepError
 from specsweep.replay import Drafter, Request
 
-#: Replayed K against measured K, relative. ngram drafts from the request's own tokens only, so replay is
-#: exact up to drafts past the end of a response; suffix's global cache also depends on how the batch
-#: interleaved (see specsweep/replay.py), measured on the CPU run (the report states the numbers).
+#: Replayed K against measured K, relative. ngram drafts from the request's own tokens only: replay matches
+#: vLLM's drafts exactly, and K up to the drafts that run past a response's end (filled in with the drafter's
+#: acceptance elsewhere, see replay.past_end_fill). Suffix decoding's global cache also holds the partial
+#: responses of the requests running beside it, which the lockstep schedule follows only as far as vLLM's
+#: batch order is admission order (see specsweep/replay.py). Measured on this run (6 prompts x 32 tokens,
+#: repeat 1): ngram code +2.6 %, sonnet -0.8 %; suffix code +1.6 %, sonnet -1.7 % (drafts 78 and 57
+#: replayed, 80 and 58 measured). The finish-order schedule is further off for suffix (+4.2 %, +15.4 %).
 NGRAM_TOLERANCE = 0.03
-SUFFIX_TOLERANCE = 0.10
+SUFFIX_TOLERANCE = 0.05
 
 
 def _cells(tiny_run: dict, config: str) -> list[Path]:

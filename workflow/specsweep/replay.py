@@ -148,9 +148,16 @@ class RequestResult:
     draft_tokens: int = 0
     accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
+    #: drafts that matched the response to its end and ran past it: [tokens matched, positions past the end]
+    past_end: list[list[int]] = field(default_factory=list)
+    #: over the other drafts: how many reached position i (had a token there, all before it accepted), and
+    #: how many of those were accepted there (the conditional acceptance that fills in past the end)
+    reached_per_pos: list[int] = field(default_factory=list)
+    passed_per_pos: list[int] = field(default_factory=list)
 
     @property
     def K(self) -> float | None:
+        """K over the response's tokens only (a draft's positions past the response's end count as rejected)."""
         return 1.0 + self.accepted / self.drafts if self.drafts else None
 
     @property
@@ -283,6 +290,8 @@ def run_replay(
     results = [RequestResult(r.name, len(r.prompt), len(r.response)) for r in requests]
     for res in results:
         res.accepted_per_pos = [0] * ((d.num_speculative_tokens or 0) if d else 0)
+        res.reached_per_pos = list(res.accepted_per_pos)
+        res.passed_per_pos = list(res.accepted_per_pos)
     seqs = [np.asarray(list(r.prompt) + list(r.response), dtype=np.int32) for r in requests]
     waiting = list(order)
     running: list[int] = []  # in admission order
@@ -324,6 +333,12 @@ def run_replay(
                     res.accepted += accepted
                     for p in range(accepted):
                         res.accepted_per_pos[p] += 1
+                    if accepted == len(target) < len(proposal):  # unknown past the end: see past_end_fill
+                        res.past_end.append([accepted, len(proposal) - accepted])
+                    else:
+                        for p in range(min(accepted + 1, len(proposal))):
+                            res.reached_per_pos[p] += 1
+                            res.passed_per_pos[p] += p < accepted
                 emitted = min(accepted + 1, n_resp - start)
             results[i].steps += 1
             stepped.append((i, emitted))
@@ -363,12 +378,45 @@ def run_replay(
 # ---------------------------------------------------------------------------------------------- the summary
 
 
+def past_end_fill(results: Sequence[RequestResult]) -> list[float]:
+    """Per request, the accepted tokens expected past the response's end.
+
+    vLLM verifies a draft that runs past a response's end (max_tokens, or past EOS) against what the model
+    computes there and counts what matches as accepted before it drops those tokens; the recorded response
+    cannot say what that was. A draft that matched the response to its end and had e positions left is
+    filled in with the acceptance the drafter had at those positions on the other drafts: the conditional
+    acceptance q_i = (drafts accepted at position i) / (drafts that reached it), so the expected extra is
+    sum over j = 1..e of q_m * ... * q_(m+j-1), m the tokens it matched."""
+    width = max((len(r.reached_per_pos) for r in results), default=0)
+    q: list[float] = []
+    for i in range(width):
+        reached = sum(r.reached_per_pos[i] for r in results)
+        q.append(sum(r.passed_per_pos[i] for r in results) / reached if reached else 0.0)
+    out = []
+    for r in results:
+        extra = 0.0
+        for m, e in r.past_end:
+            run = 1.0
+            for i in range(m, m + e):
+                run *= q[i] if i < len(q) else 0.0
+                extra += run
+        out.append(extra)
+    return out
+
+
 def summarize(results: Sequence[RequestResult], seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
     """Overall K, alpha and acceptance per position, each with a 95 % percentile interval from a seeded
-    bootstrap that resamples requests (the prompts are the sampling unit: a workload is a sample of them)."""
+    bootstrap that resamples requests (the prompts are the sampling unit: a workload is a sample of them).
+
+    K and alpha include the acceptance expected past the responses' ends (past_end_fill), as vLLM's counters
+    do; K_bounds holds K with none and with all of those positions accepted; K_in_response counts only the
+    response's tokens. Acceptance per position counts the response's tokens only."""
     drafts = np.array([r.drafts for r in results], dtype=np.float64)
     drafted = np.array([r.draft_tokens for r in results], dtype=np.float64)
-    acc = np.array([r.accepted for r in results], dtype=np.float64)
+    raw = np.array([r.accepted for r in results], dtype=np.float64)
+    fill = np.array(past_end_fill(results), dtype=np.float64)
+    acc = raw + fill
+    most = float(sum(e for r in results for _, e in r.past_end))
     per_pos = np.array([r.accepted_per_pos for r in results], dtype=np.float64)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(results), size=(resamples, len(results)))
@@ -383,7 +431,7 @@ def summarize(results: Sequence[RequestResult], seed: int = 0, resamples: int = 
             return [None, None]
         return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))]
 
-    total_d, total_t, total_a = int(drafts.sum()), int(drafted.sum()), int(acc.sum())
+    total_d, total_t, total_a, total_raw = int(drafts.sum()), int(drafted.sum()), float(acc.sum()), int(raw.sum())
     return {
         "requests": len(results),
         "response_tokens": int(sum(r.response_tokens for r in results)),
@@ -391,9 +439,13 @@ def summarize(results: Sequence[RequestResult], seed: int = 0, resamples: int = 
         "drafts": total_d,
         "draft_tokens": total_t,
         "accepted": total_a,
+        "accepted_in_response": total_raw,
+        "drafts_past_end": int(sum(len(r.past_end) for r in results)),
         "accepted_per_pos": [int(x) for x in per_pos.sum(0)],
         "K": 1.0 + total_a / total_d if total_d else None,
         "K_ci": interval(k_b),
+        "K_in_response": 1.0 + total_raw / total_d if total_d else None,
+        "K_bounds": [1.0 + total_raw / total_d, 1.0 + (total_raw + most) / total_d] if total_d else [None, None],
         "alpha": total_a / total_t if total_t else None,
         "alpha_ci": interval(a_b),
         "acceptance_per_pos": [float(x) / total_d if total_d else None for x in per_pos.sum(0)],
