@@ -169,3 +169,45 @@ def test_cell_whose_token_file_changed_is_refused(tmp_path):
     (tmp_path / rec["file"]).write_bytes(data + b"x")
     with pytest.raises(SpecsweepError, match="sha256 is not the one its cell records"):
         replay.cell_requests(tmp_path / "r1.json", {"replay_tokens": rec})
+
+
+def test_past_end_fill_uses_the_drafters_conditional_acceptance():
+    """A draft that matched to the response's end and ran 2 positions past it gets the acceptance the other
+    drafts had at those positions: q = 1/2 at position 1, 1/1 at position 2 -> 1/2 + 1/2 * 1 = 1 token."""
+    r = replay.RequestResult("a", 3, 10, drafts=3, draft_tokens=7, accepted=3, accepted_per_pos=[2, 1, 0])
+    r.reached_per_pos, r.passed_per_pos = [2, 2, 1], [2, 1, 1]
+    r.past_end = [[1, 2]]
+    assert replay.past_end_fill([r]) == [pytest.approx(1.0)]
+    s = replay.summarize([r])
+    assert s["K"] == pytest.approx(1 + 4 / 3) and s["K_bounds"] == [pytest.approx(2.0), pytest.approx(1 + 5 / 3)]
+
+
+def test_token_budget_spreads_prefills_over_steps():
+    """vLLM's chunked prefill: with 4 tokens a step, a 10-token prompt takes 3 steps before its first token;
+    plain decoding then takes one step a token, so T compares like with like."""
+    reqs = [Request(list(range(1, 11)), [1, 2, 3, 4, 5, 6], name="a")]
+    plain = replay.run_replay(reqs, None, token_budget=4)
+    assert plain.engine_steps == 3 + 5 and plain.results[0].steps == 6
+    spec = replay.run_replay(reqs, Drafter("ngram", 3, 2, 2), token_budget=4)
+    assert spec.engine_steps < plain.engine_steps
+
+
+def test_advise_predicts_from_replay_and_measured_R(tmp_path):
+    """T from a replay over R measured on the committed H200 SmolLM2 run; a model whose step times no run
+    measured is a one-line error naming the configs that would measure it."""
+    from specsweep import advise
+
+    reqs = [Request(list(range(1, 30)) * 2, list(range(1, 30)), name=f"p{i}") for i in range(4)]
+    d = Drafter("ngram", 7, 2, 5)
+    run = replay.run_replay(reqs, d)
+    doc = replay.report(run, d, "lockstep", "constructed", vanilla_steps=replay.run_replay(reqs, None).engine_steps)
+    path = tmp_path / "ngram.json"
+    path.write_text(json.dumps(doc))
+    tables = Path(__file__).resolve().parents[1] / "results" / "h200-smollm2" / "tables"
+    adv = advise.advise([path], tables, "smollm2-135m-instruct")
+    (row,) = adv["rows"]
+    assert row["concurrency"] is None and row["speedup"] == pytest.approx(row["T"] / row["R"])
+    assert row["speedup_lo"] <= row["speedup"] <= row["speedup_hi"]
+    assert "What the prediction assumes" in advise.markdown(adv)
+    with pytest.raises(SpecsweepError, match="no measured step times of ngram .* configs that measure it: .*yaml"):
+        advise.advise([path], tables, "qwen2.5-7b-instruct")
