@@ -38,11 +38,13 @@ def test_replayed_K_matches_measured_K(tiny_run, config, tolerance, tmp_path, ca
     """Every ngram / suffix cell of the real run: `specsweep replay --cell` from its stored token ids gives
     the K vLLM measured, within the tolerance."""
     rows = []
+    shared: dict[str, set[Path]] = {}
     for cell in _cells(tiny_run, config):
         doc = json.loads(cell.read_text())
         rec = doc["replay_tokens"]
         assert (cell.parent / rec["file"]).is_file()
         assert rec["prompts"] == doc["dataset"]["prompts"]
+        shared.setdefault(doc["workload"], set()).add((cell.parent / rec["prompts_file"]).resolve())
         out = tmp_path / f"{cell.parent.parent.name}-{cell.stem}.json"
         model = tiny_run["work"] / "resources" / "models" / "smollm2-135m-instruct"
         assert cli.main(["replay", "--cell", str(cell), "--tokenizer", str(model), "--out", str(out)]) == 0
@@ -51,6 +53,7 @@ def test_replayed_K_matches_measured_K(tiny_run, config, tolerance, tmp_path, ca
         assert got["response_tokens"] == doc["tokens"]["output_tokens"]
         measured = doc["spec"]["K"]
         rows.append((cell, measured, got["K"], got["drafts"], doc["spec"]["drafts"]))
+    assert all(len(files) == 1 for files in shared.values()), shared  # one prompts file per workload
     with capsys.disabled():
         for cell, m, r, dr, dm in rows:
             print(f"\n{config} {cell.parent.parent.name}/{cell.stem}: measured K {m:.4f} ({dm} drafts), "
@@ -94,11 +97,20 @@ def test_suffix_lockstep_sees_concurrent_responses():
     assert one_by_one[1].accepted > 0  # after the first finished, its whole response is in the cache
 
 
+def _write_cell_tokens(folder: Path, prompts, responses, tokenizer_id) -> dict:
+    files, rec = replay.tokens_blob(folder / "w" / "c" / "r1.json", prompts, responses, tokenizer_id)
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return rec
+
+
 def test_tokens_round_trip(tmp_path):
-    data, rec = replay.tokens_blob(tmp_path / "r1.json", [[1, 2], [3]], [[4], [5, 6, 7]], {"vocab_size": 9})
-    (tmp_path / rec["file"]).write_bytes(data)
-    assert rec["file"] == "r1.tokens.npz"
-    assert replay.unpack_tokens(tmp_path / rec["file"]) == ([[1, 2], [3]], [[4], [5, 6, 7]])
+    """Responses beside the cell, prompts once per workload folder (named by content): read back equal."""
+    rec = _write_cell_tokens(tmp_path, [[1, 2], [3]], [[4], [70000, 6, 7]], {"vocab_size": 9})
+    assert rec["file"] == "r1.tokens.npz" and rec["prompts_file"].startswith("../prompts.")
+    reqs = replay.cell_requests(tmp_path / "w" / "c" / "r1.json", {"replay_tokens": rec})
+    assert [(r.prompt, r.response) for r in reqs] == [([1, 2], [4]), ([3], [70000, 6, 7])]
 
 
 # ---------------------------------------------------------------------------------------------- bad input
@@ -158,17 +170,16 @@ def test_traffic_replay_from_text_and_messages(tmp_path, tok_dir):
 def test_cell_with_another_tokenizer_is_refused(tmp_path, tok_dir):
     """A cell's token ids were made by one tokenizer; a replay with another (here: the cell records a
     one-token vocabulary) is refused in one line naming the field."""
-    data, rec = replay.tokens_blob(tmp_path / "r1.json", [[1, 2, 3]], [[4, 5]], {"vocab_size": 1, "special_ids": {}})
-    (tmp_path / rec["file"]).write_bytes(data)
+    rec = _write_cell_tokens(tmp_path, [[1, 2, 3]], [[4, 5]], {"vocab_size": 1, "special_ids": {}})
     with pytest.raises(SpecsweepError, match="vocab_size .* another tokenizer"):
-        replay.cell_requests(tmp_path / "r1.json", {"replay_tokens": rec}, replay.load_tokenizer(tok_dir))
+        replay.cell_requests(tmp_path / "w" / "c" / "r1.json", {"replay_tokens": rec}, replay.load_tokenizer(tok_dir))
 
 
 def test_cell_whose_token_file_changed_is_refused(tmp_path):
-    data, rec = replay.tokens_blob(tmp_path / "r1.json", [[1, 2, 3]], [[4, 5]], {"vocab_size": 9, "special_ids": {}})
-    (tmp_path / rec["file"]).write_bytes(data + b"x")
+    rec = _write_cell_tokens(tmp_path, [[1, 2, 3]], [[4, 5]], {"vocab_size": 9, "special_ids": {}})
+    (tmp_path / "w" / "c" / "r1.tokens.npz").write_bytes(b"x")
     with pytest.raises(SpecsweepError, match="sha256 is not the one its cell records"):
-        replay.cell_requests(tmp_path / "r1.json", {"replay_tokens": rec})
+        replay.cell_requests(tmp_path / "w" / "c" / "r1.json", {"replay_tokens": rec})
 
 
 def test_past_end_fill_uses_the_drafters_conditional_acceptance():

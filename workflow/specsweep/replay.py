@@ -571,7 +571,7 @@ def load_traffic(path: Path, tokenizer: Any) -> list[Request]:
 # ---------------------------------------------------------------------------------------------- cells
 
 #: Stored beside a real-weight cell's JSON (r1.json -> r1.tokens.npz): what replay needs.
-TOKENS_FORMAT = "specsweep-tokens/1"
+TOKENS_FORMAT = "specsweep-tokens/2"
 
 
 def tokens_path(cell_path: Path) -> Path:
@@ -587,31 +587,28 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     }
 
 
-def pack_tokens(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
-    """Ragged token lists as flat int32 arrays and int64 offsets (np.savez_compressed's input)."""
+def _ragged(rows: Sequence[Sequence[int]], name: str) -> bytes:
+    """Ragged token lists as one compressed npz: flat ids (uint16 where every id fits, else int32) and int64
+    offsets."""
+    import io
 
-    def flat(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        lens = np.array([len(r) for r in rows], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-        data = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(lens.sum()))
-        return data, offsets
+    lens = np.array([len(r) for r in rows], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    flat = np.fromiter((t for r in rows for t in r), dtype=np.int64, count=int(lens.sum()))
+    small = flat.size == 0 or (flat.min() >= 0 and flat.max() < 1 << 16)
+    buf = io.BytesIO()
+    arrays = {f"{name}_ids": flat.astype(np.uint16 if small else np.int32), f"{name}_offsets": offsets}
+    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as bool
+    return buf.getvalue()
 
-    p, po = flat(prompts)
-    r, ro = flat(responses)
-    return {"prompt_ids": p, "prompt_offsets": po, "response_ids": r, "response_offsets": ro}
 
-
-def unpack_tokens(path: Path) -> tuple[list[list[int]], list[list[int]]]:
+def _unragged(path: Path, name: str) -> list[list[int]]:
     try:
         with np.load(path, allow_pickle=False) as z:
-            p, po, r, ro = z["prompt_ids"], z["prompt_offsets"], z["response_ids"], z["response_offsets"]
+            ids, offsets = z[f"{name}_ids"], z[f"{name}_offsets"]
     except (OSError, ValueError, KeyError) as exc:
         raise SpecsweepError(f"token file {path}: unreadable ({type(exc).__name__})") from None
-    if len(po) != len(ro):
-        raise SpecsweepError(f"token file {path}: {len(po) - 1} prompts but {len(ro) - 1} responses")
-    prompts = [p[a:b].tolist() for a, b in zip(po[:-1], po[1:], strict=True)]
-    responses = [r[a:b].tolist() for a, b in zip(ro[:-1], ro[1:], strict=True)]
-    return prompts, responses
+    return [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
 
 
 def load_tokenizer(path: Path) -> Any:
@@ -636,16 +633,19 @@ def load_cell(cell_path: Path, tokenizer: Any | None) -> tuple[list[Request], di
 
 
 def cell_requests(cell_path: Path, doc: dict[str, Any], tokenizer: Any | None = None) -> list[Request]:
-    """A cell's recorded requests (from its token file), with the finish order when the cell has one; with a
+    """A cell's recorded requests (from its token files), with the finish order when the cell has one; with a
     tokenizer, checked to be the one that produced them."""
     rec = doc.get("replay_tokens")
     if not rec:
         raise SpecsweepError(f"cell {cell_path}: records no token ids (cells measured before replay_tokens)")
-    tpath = Path(cell_path).parent / rec["file"]
-    if not tpath.is_file():
-        raise SpecsweepError(f"cell {cell_path}: its token file {tpath} is missing")
-    if hashlib.sha256(tpath.read_bytes()).hexdigest() != rec["sha256"]:
-        raise SpecsweepError(f"token file {tpath}: its sha256 is not the one its cell records")
+    files = {}
+    for key in ("file", "prompts_file"):
+        path = Path(cell_path).parent / rec[key]
+        if not path.is_file():
+            raise SpecsweepError(f"cell {cell_path}: its token file {path} is missing")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != rec[key.replace("file", "sha256")]:
+            raise SpecsweepError(f"token file {path}: its sha256 is not the one its cell records")
+        files[key] = path
     if tokenizer is not None:
         have = tokenizer_identity(tokenizer)
         for key in ("vocab_size", "special_ids"):
@@ -654,7 +654,9 @@ def cell_requests(cell_path: Path, doc: dict[str, Any], tokenizer: Any | None = 
                     f"tokenizer: {key} {have[key]} is not the cell's ({rec['tokenizer'][key]}, {cell_path}): "
                     "another tokenizer"
                 )
-    prompts, responses = unpack_tokens(tpath)
+    prompts, responses = _unragged(files["prompts_file"], "prompt"), _unragged(files["file"], "response")
+    if len(prompts) != len(responses):
+        raise SpecsweepError(f"cell {cell_path}: {len(prompts)} prompts but {len(responses)} responses")
     finish = (doc.get("requests") or {}).get("finish_order") or rec.get("finish_order")
     if finish is not None and len(finish) != len(prompts):
         finish = None
@@ -666,20 +668,26 @@ def cell_requests(cell_path: Path, doc: dict[str, Any], tokenizer: Any | None = 
 
 def tokens_blob(
     cell_json: Path, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], tokenizer_id: dict[str, Any]
-) -> tuple[bytes, dict[str, Any]]:
-    """The token file's bytes (compressed npz) for a cell at cell_json, and the cell's `replay_tokens` record
-    (its hash included, so a cell and a token file of another measurement never pass for a pair)."""
-    import io
+) -> tuple[dict[Path, bytes], dict[str, Any]]:
+    """The token files of a cell at cell_json (path -> bytes) and the cell's `replay_tokens` record.
 
-    buf = io.BytesIO()
-    arrays = pack_tokens(prompts, responses)
-    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as bool
-    data = buf.getvalue()
+    The responses go beside the cell (r1.json -> r1.tokens.npz). The prompts' ids are the same for every
+    config and repeat of a (model, workload), so they go once into the workload's folder, named by their
+    content (prompts.<sha16>.npz): a run of 512 prompts x 2000 tokens keeps one copy per workload, not one per
+    cell. Both hashes are recorded, so a cell and token files of another measurement never pass for a set."""
+    cell_json = Path(cell_json)
+    resp = _ragged(responses, "response")
+    prom = _ragged(prompts, "prompt")
+    prom_sha = hashlib.sha256(prom).hexdigest()
+    prom_name = f"prompts.{prom_sha[:16]}.npz"
+    files = {tokens_path(cell_json): resp, cell_json.parent.parent / prom_name: prom}
     record = {
         "format": TOKENS_FORMAT,
-        "file": tokens_path(Path(cell_json)).name,
-        "sha256": hashlib.sha256(data).hexdigest(),
+        "file": tokens_path(cell_json).name,
+        "sha256": hashlib.sha256(resp).hexdigest(),
+        "prompts_file": f"../{prom_name}",
+        "prompts_sha256": prom_sha,
         "prompts": len(prompts),
         "tokenizer": tokenizer_id,
     }
-    return data, record
+    return files, record

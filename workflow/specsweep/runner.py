@@ -18,7 +18,6 @@ from .config import Cell, Study
 from .engine import Engine, engine_identity, engine_key, resolve_model, token_hash
 from .errors import SpecsweepError
 from .jsonio import atomic_write_bytes, atomic_write_json, sha256_obj
-from .replay import tokens_path as replay_tokens_path
 
 FORMAT = "specsweep-cell/2"
 
@@ -173,17 +172,24 @@ def _finish_order(outs: list[Any]) -> list[int] | None:
     return rank
 
 
-def attach_tokens(doc: dict[str, Any], out_path: Path) -> bytes | None:
-    """Take the token ids out of the doc and put in their place the record of the token file to be written
-    beside the cell (returns its bytes; None for cells without token ids)."""
+def attach_tokens(doc: dict[str, Any], out_path: Path) -> dict[Path, bytes]:
+    """Take the token ids out of the doc and put in their place the record of the token files to be written
+    (returns them, path -> bytes; none for cells without token ids)."""
     payload = doc.pop(TOKENS_KEY, None)
     if payload is None:
-        return None
+        return {}
     from .replay import tokens_blob
 
-    data, doc["replay_tokens"] = tokens_blob(out_path, payload["prompts"], payload["responses"], payload["tokenizer"])
+    files, doc["replay_tokens"] = tokens_blob(out_path, payload["prompts"], payload["responses"], payload["tokenizer"])
     doc["replay_tokens"]["finish_order"] = payload.get("finish_order")
-    return data
+    return files
+
+
+def write_token_files(files: dict[Path, bytes]) -> None:
+    """Each atomically; a content-named file already there holds these bytes and stays."""
+    for path, data in files.items():
+        if not (path.name.startswith("prompts.") and path.is_file()):
+            atomic_write_bytes(path, data)
 
 
 def informative_line(exc: BaseException) -> str:
@@ -313,7 +319,7 @@ def run_cell(
             "wait_for_engine_s": wait_s,
             "reuse": reuse,
         }
-        token_file = attach_tokens(doc, out_path)
+        token_files = attach_tokens(doc, out_path)
         cells.validate(doc, str(out_path))
         archived = _archive(root, key, doc)
         if watch_pid is not None and not enginehost._pid_alive(watch_pid):
@@ -323,8 +329,7 @@ def run_cell(
                 f"cell {key.label}: the scheduler (pid {watch_pid}) died during the measurement; "
                 f"kept only in the archive: {archived}"
             )
-        if token_file is not None:  # first the token file, then the cell that names it by its hash
-            atomic_write_bytes(replay_tokens_path(out_path), token_file)
+        write_token_files(token_files)  # first the token files, then the cell that names them by their hash
         atomic_write_json(out_path, doc)
     except BaseException as exc:  # record the failure as data (the previous measurement stays), then fail
         _write_failure(study, key, fail_path, exc, log_path, started)
