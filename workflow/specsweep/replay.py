@@ -24,16 +24,17 @@ What replay cannot reproduce exactly, and why:
 
 - A draft that runs past the end of a response. A response cut by max_tokens (or ended by EOS) does not say
   which tokens the model would have emitted after it; vLLM verifies (and counts as accepted) draft tokens past
-  the cut and then drops them. Replay counts those positions as rejected, so K can come out slightly low on
-  responses that end at max_tokens.
+  the cut and then drops them. Replay fills those positions in with the drafter's acceptance there on the
+  other drafts (past_end_fill) and reports the bounds (none or all of them accepted).
 - Batch interleaving of the suffix cache. The global suffix tree holds the responses of all requests in the
   cache, including the partial responses of requests still running (``add_active_response`` extends the
   global tree too). Replay steps the requests in lockstep (``schedule="lockstep"``: every running request
   advances one engine step at a time, in admission order, as vLLM's batch does when all requests fit), or one
   request after another in the order a real run finished them (``schedule="finish"``: the global cache holds
-  the complete earlier responses, none of the concurrent partial ones). Neither reproduces a real batch whose
-  prefills are spread over several steps by the token budget (chunked prefill), whose requests are preempted,
-  or whose batch order changes when vLLM condenses its input batch after a request finishes.
+  the complete earlier responses, none of the concurrent partial ones). The lockstep schedule follows vLLM's
+  token budget (running requests first, then chunked prefills) and max_num_seqs, but not preemption, nor the
+  batch order after vLLM condenses its input batch when a request finishes, nor, under async scheduling,
+  the step by which a draft lags the tokens it was drafted from.
 - Text responses. A response given as text is re-tokenised; the model's own token ids may tokenise
   differently (the same text, other tokens). Give ``response_token_ids`` where they are known.
 """
@@ -475,18 +476,6 @@ def report(
 
 # ---------------------------------------------------------------------------------------------- traffic files
 
-TRAFFIC_DOC = """\
-A traffic file is JSON Lines, one request a line (an object):
-  prompt            the prompt text (tokenised as the engine does: the tokenizer's special tokens added), or
-  prompt_token_ids  the prompt's token ids, or
-  messages          chat messages ([{"role": ..., "content": ...}]), put through the tokenizer's chat
-                    template with the generation prompt;
-  response          the text the model answered (tokenised without special tokens), or
-  response_token_ids  the token ids the model emitted (preferred: exact);
-  finish_order      optional: the rank (0, 1, ...) in which the request finished in the real run;
-  id                optional: a name for the request in the report.
-Exactly one prompt form and one response form per line; blank lines are skipped."""
-
 
 def _ids(value: Any, vocab: int, where: str) -> list[int]:
     if not isinstance(value, list) or not value:
@@ -505,7 +494,19 @@ def _one_of(obj: dict[str, Any], keys: tuple[str, ...], where: str) -> str:
 
 
 def load_traffic(path: Path, tokenizer: Any) -> list[Request]:
-    """Read a traffic file (TRAFFIC_DOC) into token ids; a bad line is a one-line error naming its number."""
+    """Read a traffic file into token ids; a bad line is a one-line error naming its number.
+
+    A traffic file is JSON Lines, one request a line (an object):
+      prompt              the prompt text (tokenised as the engine does: the tokenizer's special tokens
+                          added), or
+      prompt_token_ids    the prompt's token ids, or
+      messages            chat messages ([{"role": ..., "content": ...}]), put through the tokenizer's chat
+                          template with the generation prompt;
+      response            the text the model answered (tokenised without special tokens), or
+      response_token_ids  the token ids the model emitted (preferred: exact);
+      finish_order        optional: the rank (0, 1, ...) in which the request finished in the real run;
+      id                  optional: a name for the request in the report.
+    Exactly one prompt form and one response form per line; blank lines are skipped."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
