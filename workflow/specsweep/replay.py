@@ -33,8 +33,8 @@ What replay cannot reproduce exactly, and why:
   request after another in the order a real run finished them (``schedule="finish"``: the global cache holds
   the complete earlier responses, none of the concurrent partial ones). The lockstep schedule follows vLLM's
   token budget (running requests first, then chunked prefills) and max_num_seqs, but not preemption, nor the
-  batch order after vLLM condenses its input batch when a request finishes, nor, under async scheduling,
-  the step by which a draft lags the tokens it was drafted from.
+  batch order after vLLM condenses its input batch when a request finishes. It was validated against
+  engines without async scheduling (the CPU profile's); how async scheduling changes drafting is not modelled.
 - Text responses. A response given as text is re-tokenised; the model's own token ids may tokenise
   differently (the same text, other tokens). Give ``response_token_ids`` where they are known.
 """
