@@ -378,7 +378,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         source = str(args.traffic)
     spec = spec | given
     if "method" not in spec:
-        raise SpecsweepError("replay: --method (ngram or suffix) is needed for a traffic file")
+        raise SpecsweepError(f"replay {source}: no drafter settings (a traffic file or a vanilla cell): give --method")
     drafter = replay.Drafter.from_speculative(spec, args.max_model_len or engine.get("max_model_len"))
     concurrency = args.concurrency or engine.get("max_num_seqs")
     budget = args.token_budget or engine.get("max_num_batched_tokens")
