@@ -166,7 +166,8 @@ class RequestResult:
         return self.accepted / self.draft_tokens if self.draft_tokens else None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"K": self.K, "alpha": self.alpha}
+        per_pos = [a / self.drafts if self.drafts else None for a in self.accepted_per_pos]
+        return asdict(self) | {"K": self.K, "alpha": self.alpha, "acceptance_per_pos": per_pos}
 
 
 # ---------------------------------------------------------------------------------------------- the drafters
@@ -470,7 +471,10 @@ def report(
         "drafter": asdict(drafter.resolved()),
         "schedule": schedule,
         "overall": overall,
-        "per_request": [r.as_dict() for r in run.results],
+        "per_request": [
+            r.as_dict() | {"accepted_past_end_expected": fill}
+            for r, fill in zip(run.results, past_end_fill(run.results), strict=True)
+        ],
     }
 
 
