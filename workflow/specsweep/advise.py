@@ -115,23 +115,43 @@ def _t_interval(doc: dict[str, Any]) -> tuple[float, float, float]:
     return t, t * float(np.percentile(ratio, 2.5)) / point, t * float(np.percentile(ratio, 97.5)) / point
 
 
+def _replay_for(docs: list[dict[str, Any]], b: int | None) -> dict[str, Any]:
+    """The replay of a drafter to pair with a measured concurrency point: the one replayed at that
+    concurrency, else (all prompts at once: b None) the one replayed with the most requests at once, else
+    the nearest; the row names the concurrency its T comes from."""
+
+    def width(doc: dict[str, Any]) -> int:
+        c = doc.get("concurrency")
+        return doc["overall"]["requests"] if c is None else min(int(c), doc["overall"]["requests"])
+
+    if b is None:
+        return max(docs, key=width)
+    return min(docs, key=lambda d: (abs(width(d) - b), -width(d)))
+
+
 def advise(
     replays: list[Path], tables: Path, model: str, workload: str | None = None, config_dir: Path | None = None
 ) -> dict[str, Any]:
-    """Predicted speedup per drafter (a replay each) and concurrency point, and the recommendation."""
+    """Predicted speedup per drafter and concurrency point, and the recommendation. A drafter may come with
+    replays at several concurrencies (`specsweep replay --concurrency b`): T depends on b (how full the batch
+    stays), so each measured point takes the replay nearest to it."""
     config_dir = config_dir or Path(__file__).resolve().parents[2] / "config"
-    rows = []
+    by_method: dict[str, list[dict[str, Any]]] = {}
     for path in replays:
         doc = read_json(Path(path), "replay report")
         if doc.get("format") != "specsweep-replay/1":
             raise SpecsweepError(f"advise: {path} is not a replay report (specsweep replay --out)")
-        method = doc["drafter"]["method"]
-        t, t_lo, t_hi = _t_interval(doc)
+        by_method.setdefault(doc["drafter"]["method"], []).append(doc | {"_path": str(path)})
+    rows = []
+    for method, docs in by_method.items():
         for r in step_time_ratios(tables, model, method, workload, config_dir):
+            doc = _replay_for(docs, r["concurrency"])
+            t, t_lo, t_hi = _t_interval(doc)
             rows.append(
                 {
                     "drafter": method,
-                    "replay": str(path),
+                    "replay": doc["_path"],
+                    "replay_concurrency": doc.get("concurrency"),
                     "K": doc["overall"]["K"],
                     "T": t,
                     "T_lo": t_lo,
@@ -180,13 +200,14 @@ def markdown(adv: dict[str, Any]) -> str:
         "",
         f"Step times from `{adv['tables']}`; acceptance replayed from the traffic.",
         "",
-        "| drafter | concurrency | K (replayed) | T (replayed) | R (measured) | speedup | 95 % interval |",
-        "|---|---|---|---|---|---|---|",
+        "| drafter | concurrency | replayed at | K (replayed) | T (replayed) | R (measured) | speedup | 95 % CI |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in adv["rows"]:
         b = "all at once" if r["concurrency"] is None else str(r["concurrency"])
+        rb = "all at once" if r["replay_concurrency"] is None else str(r["replay_concurrency"])
         out.append(
-            f"| {r['drafter']} | {b} | {f(r['K'])} | {f(r['T'])} [{f(r['T_lo'])}, {f(r['T_hi'])}] | "
+            f"| {r['drafter']} | {b} | {rb} | {f(r['K'])} | {f(r['T'])} [{f(r['T_lo'])}, {f(r['T_hi'])}] | "
             f"{f(r['R'])} [{f(r['R_lo'])}, {f(r['R_hi'])}] | {f(r['speedup'])} | "
             f"[{f(r['speedup_lo'])}, {f(r['speedup_hi'])}] |"
         )
