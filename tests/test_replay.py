@@ -222,3 +222,13 @@ def test_advise_predicts_from_replay_and_measured_R(tmp_path):
     assert "What the prediction assumes" in advise.markdown(adv)
     with pytest.raises(SpecsweepError, match="no measured step times of ngram .* configs that measure it: .*yaml"):
         advise.advise([path], tables, "qwen2.5-7b-instruct")
+
+
+def test_advise_pairs_each_concurrency_with_the_nearest_replay():
+    from specsweep.advise import _replay_for
+
+    docs = [{"concurrency": c, "overall": {"requests": 64}} for c in (1, 8, None)]
+    assert _replay_for(docs, 8)["concurrency"] == 8
+    assert _replay_for(docs, 2)["concurrency"] == 1
+    assert _replay_for(docs, None)["concurrency"] is None  # all prompts at once: the widest replay
+    assert _replay_for(docs, 500)["concurrency"] is None
