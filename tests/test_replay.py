@@ -232,3 +232,17 @@ def test_advise_pairs_each_concurrency_with_the_nearest_replay():
     assert _replay_for(docs, 2)["concurrency"] == 1
     assert _replay_for(docs, None)["concurrency"] is None  # all prompts at once: the widest replay
     assert _replay_for(docs, 500)["concurrency"] is None
+
+
+def test_advise_cli_unmeasured_shape_is_one_line_and_writes_nothing(tmp_path, capsys):
+    reqs = [Request([1, 2, 3, 1, 2, 3], [1, 2, 3, 1], name="a")]
+    d = Drafter("ngram", 3, 2, 2)
+    doc = replay.report(replay.run_replay(reqs, d), d, "lockstep", "constructed", vanilla_steps=4)
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    tables = Path(__file__).resolve().parents[1] / "results" / "h200-smollm2" / "tables"
+    out = tmp_path / "advice.md"
+    argv = ["advise", "--replay", str(tmp_path / "r.json"), "--tables", str(tables), "--model", "opt-125m"]
+    assert cli.main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model opt-125m: no measured step times of ngram" in err
+    assert "config.yaml" in err and not out.exists()
