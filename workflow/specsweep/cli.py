@@ -14,6 +14,8 @@
     specsweep tables     --config C --results results --out results/r/tables
     specsweep figures    --config C --tables results/r/tables --out figures/r
     specsweep status     --config C [--results results] [--json]          # done, failed, stale, left; GPU time
+    specsweep replay     --traffic T.jsonl --tokenizer DIR --method ngram --out replay.json   # K without a GPU
+    specsweep advise     --replay replay.json --tables results/r/tables --model M --out advice.md
 """
 
 from __future__ import annotations
@@ -378,6 +380,65 @@ def cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from . import replay
+    from .jsonio import atomic_write_json
+
+    if args.traffic and args.tokenizer is None:
+        raise SpecsweepError("replay --traffic: needs --tokenizer (the model's tokenizer folder)")
+    tok = replay.load_tokenizer(Path(args.tokenizer)) if args.tokenizer else None
+    given = {
+        "method": args.method,
+        "num_speculative_tokens": args.num_speculative_tokens,
+        "prompt_lookup_min": args.prompt_lookup_min,
+        "prompt_lookup_max": args.prompt_lookup_max,
+        "suffix_decoding_max_tree_depth": args.suffix_max_tree_depth,
+        "suffix_decoding_max_spec_factor": args.suffix_max_spec_factor,
+        "suffix_decoding_min_token_prob": args.suffix_min_token_prob,
+        "suffix_decoding_max_cached_requests": args.suffix_max_cached_requests,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    engine: dict[str, Any] = {}
+    if args.cell:
+        requests, spec, engine = replay.load_cell(Path(args.cell), tok)
+        source = str(args.cell)
+    else:
+        requests, spec = replay.load_traffic(Path(args.traffic), tok), {}
+        source = str(args.traffic)
+    spec = spec | given
+    if "method" not in spec:
+        raise SpecsweepError(f"replay {source}: no drafter settings (a traffic file or a vanilla cell): give --method")
+    drafter = replay.Drafter.from_speculative(spec, args.max_model_len or engine.get("max_model_len"))
+    concurrency = args.concurrency or engine.get("max_num_seqs")
+    budget = args.token_budget or engine.get("max_num_batched_tokens")
+    run = replay.run_replay(requests, drafter, args.schedule, concurrency, budget)
+    plain = replay.run_replay(requests, None, args.schedule, concurrency, budget)
+    doc = replay.report(run, drafter, args.schedule, source, args.seed, plain.engine_steps)
+    doc["concurrency"], doc["token_budget"] = concurrency, budget
+    atomic_write_json(Path(args.out), doc)
+    o = doc["overall"]
+    k = "n/a" if o["K"] is None else f"{o['K']:.3f} [{o['K_ci'][0]:.3f}, {o['K_ci'][1]:.3f}]"
+    print(f"{drafter.method}: {o['requests']} requests, {o['drafts']} drafts, K {k}, alpha {o['alpha']}")
+    return 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from . import advise
+    from .jsonio import atomic_write_bytes
+
+    adv = advise.advise(
+        [Path(p) for p in args.replay],
+        Path(args.tables),
+        args.model,
+        args.workload,
+        Path(args.configs) if args.configs else None,
+    )
+    text = advise.markdown(adv)
+    atomic_write_bytes(Path(args.out), text.encode())
+    print("\n".join(adv["recommendation"]))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specsweep", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -488,6 +549,54 @@ def parser() -> argparse.ArgumentParser:
     sp = add("figures", cmd_figures, "render the figures from a run's tables")
     sp.add_argument("--tables", required=True)
     sp.add_argument("--out", required=True)
+    sp = sub.add_parser(
+        "replay",
+        help="K and alpha an ngram or suffix drafter would get on recorded traffic (no model needed)",
+        description="Replay vLLM's ngram or suffix drafter over recorded (prompt, response) pairs. "
+        "See docs/replay.md for the traffic file format.",
+    )
+    src = sp.add_mutually_exclusive_group(required=True)
+    src.add_argument("--traffic", help="JSON Lines traffic file (docs/replay.md)")
+    src.add_argument("--cell", help="a real-weight cell (r{n}.json) with its token file; its drafter settings")
+    sp.add_argument("--tokenizer", help="the model's tokenizer folder (checked against a cell's)")
+    sp.add_argument("--out", required=True, help="the replay report (JSON)")
+    sp.add_argument("--method", choices=["ngram", "suffix"])
+    sp.add_argument("--num-speculative-tokens", type=int)
+    sp.add_argument("--prompt-lookup-min", type=int, help="ngram (vLLM's default: 5 when neither is given)")
+    sp.add_argument("--prompt-lookup-max", type=int)
+    sp.add_argument("--suffix-max-tree-depth", type=int, help="suffix (vLLM's default 24)")
+    sp.add_argument("--suffix-max-spec-factor", type=float, help="suffix (vLLM's default 1.0)")
+    sp.add_argument("--suffix-min-token-prob", type=float, help="suffix (vLLM's default 0.1)")
+    sp.add_argument("--suffix-max-cached-requests", type=int, help="suffix (vLLM's default 10000)")
+    sp.add_argument("--max-model-len", type=int, help="the engine's context limit (a cell's by default)")
+    sp.add_argument(
+        "--schedule",
+        choices=["lockstep", "finish"],
+        default="lockstep",
+        help="lockstep: requests advance together, one engine step at a time (default); "
+        "finish: one after another in the order the real run finished them",
+    )
+    sp.add_argument(
+        "--concurrency", type=int, help="lockstep: requests running at once (default: a cell's max_num_seqs, else all)"
+    )
+    sp.add_argument(
+        "--token-budget",
+        type=int,
+        help="lockstep: tokens one engine step schedules (default: a cell's max_num_batched_tokens, else no limit)",
+    )
+    sp.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+    sp.set_defaults(func=cmd_replay)
+    sp = sub.add_parser(
+        "advise",
+        help="predict each drafter's speedup from replays and a run's measured step times; recommend",
+    )
+    sp.add_argument("--replay", action="append", required=True, help="a replay report (one per drafter)")
+    sp.add_argument("--tables", required=True, help="a run's tables folder (its speedup table gives R)")
+    sp.add_argument("--model", required=True, help="the model shape whose step times apply")
+    sp.add_argument("--workload", help="use R of this workload only (default: the spread over all)")
+    sp.add_argument("--configs", help="folder of study configs named when a shape was never measured")
+    sp.add_argument("--out", required=True, help="the Markdown report")
+    sp.set_defaults(func=cmd_advise)
     return p
 
 

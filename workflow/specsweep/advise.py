@@ -1,0 +1,216 @@
+"""The advisor: should a drafter be on for this model and this traffic? From replays of the traffic (T, the
+tokens an engine step yields against plain decoding, see replay.py) and the step-time ratio R measured for the
+model's shape in a committed run, predict each drafter's speedup T / R with an interval, and recommend.
+
+What the prediction assumes, and the report says:
+- R of a drafter on this shape does not depend on the traffic beyond the spread measured across the run's
+  workloads (R grows with the tokens verified per step, i.e. with how much the drafter proposes);
+- the traffic runs as the replay scheduled it (all requests at once, or the concurrency given), with the
+  engine settings of the measured run (token budget, max_num_seqs);
+- T's interval is the relative bootstrap interval (over requests) of the tokens per request step, carried
+  over to the whole schedule's T; R's is the measured one (its lowest and highest bound over workloads).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import SpecsweepError
+from .jsonio import read_json
+
+ASSUMES = (
+    "R (the drafter's step time over plain decoding) measured on this model shape holds for this traffic, "
+    "within its spread over the run's workloads; the traffic runs as the replay scheduled it; "
+    "T's interval is the bootstrap interval over requests of the tokens per request step."
+)
+
+
+def _configs_measuring(model: str, method: str, config_dir: Path) -> list[str]:
+    """The study configs whose matrix holds this model with a ladder step of this method."""
+    found = []
+    for path in sorted(Path(config_dir).glob("*.yaml")):
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(raw, dict):
+            continue
+        models = {m.get("name") for m in raw.get("models") or [] if isinstance(m, dict)}
+        methods = {
+            (step.get("speculative") or {}).get("method")
+            for step in (raw.get("ladder") or {}).values()
+            if isinstance(step, dict)
+        }
+        if model in models and method in methods:
+            found.append(str(path))
+    return found
+
+
+def _num(x: Any) -> float | None:
+    """A table value as a number; None for null and NaN (a bound of n = 1)."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def step_time_ratios(
+    tables: Path, model: str, method: str, workload: str | None, config_dir: Path
+) -> list[dict[str, Any]]:
+    """R by concurrency for (model, method) from a run's speedup table: one row per concurrency point (null:
+    all prompts at once), R's point the median over workloads, its interval the lowest and highest bound."""
+    path = Path(tables) / "speedup.parquet"
+    if not path.is_file():
+        raise SpecsweepError(f"advise: {path} not found (a run's tables folder)")
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path).to_pylist()
+    rows = [
+        r
+        for r in table
+        if r["model"] == model
+        and r["method"] == method
+        and _num(r.get("R")) is not None
+        and (workload is None or r["workload"] == workload)
+    ]
+    if not rows:
+        runs = _configs_measuring(model, method, config_dir)
+        where = f"; configs that measure it: {', '.join(runs)}" if runs else "; no config measures it"
+        what = f"model {model}" + (f", workload {workload}" if workload else "")
+        raise SpecsweepError(f"advise: {what}: no measured step times of {method} in {tables}{where}")
+    out = []
+    points = sorted({r.get("concurrency") for r in rows}, key=lambda b: math.inf if b is None else b)
+    for b in points:
+        g = [r for r in rows if r.get("concurrency") == b]
+        rs = sorted(r["R"] for r in g)
+        mid = len(rs) // 2
+        out.append(
+            {
+                "concurrency": b,
+                "R": rs[mid] if len(rs) % 2 else (rs[mid - 1] + rs[mid]) / 2,
+                "R_lo": min(_num(r.get("R_lo")) or r["R"] for r in g),
+                "R_hi": max(_num(r.get("R_hi")) or r["R"] for r in g),
+                "workloads": sorted(r["workload"] for r in g),
+                "n": min(int(r["n"]) for r in g),
+            }
+        )
+    return out
+
+
+def _t_interval(doc: dict[str, Any]) -> tuple[float, float, float]:
+    """T from the replay's engine steps, with the relative interval of tokens per request step."""
+    import numpy as np
+
+    o = doc["overall"]
+    if not o.get("T"):
+        raise SpecsweepError(f"advise: replay {doc.get('source')} has no T (made before engine steps were counted)")
+    toks = np.array([r["response_tokens"] for r in doc["per_request"]], dtype=np.float64)
+    steps = np.array([r["steps"] for r in doc["per_request"]], dtype=np.float64)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, len(toks), size=(2000, len(toks)))
+    ratio = toks[idx].sum(1) / steps[idx].sum(1)
+    point = toks.sum() / steps.sum()
+    t = float(o["T"])
+    return t, t * float(np.percentile(ratio, 2.5)) / point, t * float(np.percentile(ratio, 97.5)) / point
+
+
+def _replay_for(docs: list[dict[str, Any]], b: int | None) -> dict[str, Any]:
+    """The replay of a drafter to pair with a measured concurrency point: the one replayed at that
+    concurrency, else (all prompts at once: b None) the one replayed with the most requests at once, else
+    the nearest; the row names the concurrency its T comes from."""
+
+    def width(doc: dict[str, Any]) -> int:
+        c = doc.get("concurrency")
+        return doc["overall"]["requests"] if c is None else min(int(c), doc["overall"]["requests"])
+
+    if b is None:
+        return max(docs, key=width)
+    return min(docs, key=lambda d: (abs(width(d) - b), -width(d)))
+
+
+def advise(
+    replays: list[Path], tables: Path, model: str, workload: str | None = None, config_dir: Path | None = None
+) -> dict[str, Any]:
+    """Predicted speedup per drafter and concurrency point, and the recommendation. A drafter may come with
+    replays at several concurrencies (`specsweep replay --concurrency b`): T depends on b (how full the batch
+    stays), so each measured point takes the replay nearest to it."""
+    config_dir = config_dir or Path(__file__).resolve().parents[2] / "config"
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for path in replays:
+        doc = read_json(Path(path), "replay report")
+        if doc.get("format") != "specsweep-replay/1":
+            raise SpecsweepError(f"advise: {path} is not a replay report (specsweep replay --out)")
+        by_method.setdefault(doc["drafter"]["method"], []).append(doc | {"_path": str(path)})
+    rows = []
+    for method, docs in by_method.items():
+        for r in step_time_ratios(tables, model, method, workload, config_dir):
+            doc = _replay_for(docs, r["concurrency"])
+            t, t_lo, t_hi = _t_interval(doc)
+            rows.append(
+                {
+                    "drafter": method,
+                    "replay": doc["_path"],
+                    "replay_concurrency": doc.get("concurrency"),
+                    "K": doc["overall"]["K"],
+                    "T": t,
+                    "T_lo": t_lo,
+                    "T_hi": t_hi,
+                    **r,
+                    "speedup": t / r["R"],
+                    "speedup_lo": t_lo / r["R_hi"],
+                    "speedup_hi": t_hi / r["R_lo"],
+                }
+            )
+    return {"model": model, "tables": str(tables), "rows": rows, "recommendation": recommend(rows)}
+
+
+def recommend(rows: list[dict[str, Any]]) -> list[str]:
+    """Per concurrency point: the drafter with the highest predicted speedup whose interval lies above 1;
+    'off' when every drafter's interval lies below 1; otherwise undecided."""
+    lines = []
+    points = sorted({r["concurrency"] for r in rows}, key=lambda b: math.inf if b is None else b)
+    on_up_to: dict[str, Any] = {}
+    for b in points:
+        here = [r for r in rows if r["concurrency"] == b]
+        label = "all prompts at once" if b is None else f"concurrency {b}"
+        best = max(here, key=lambda r: r["speedup"])
+        if best["speedup_lo"] > 1:
+            lines.append(f"{label}: turn on {best['drafter']} (predicted {best['speedup']:.2f}x)")
+            on_up_to[best["drafter"]] = b
+        elif all(r["speedup_hi"] < 1 for r in here):
+            lines.append(f"{label}: keep speculative decoding off (every drafter predicted slower)")
+        else:
+            lines.append(f"{label}: undecided (the intervals include 1)")
+    numeric = [b for b in points if b is not None]
+    for drafter, b in on_up_to.items():
+        if b is not None and len(numeric) > 1:
+            lines.append(f"keep {drafter} on up to concurrency {b} (the highest measured point where it pays)")
+    if not numeric:
+        lines.append("the run measured one load point (all prompts at once): no curve over concurrency")
+    return lines
+
+
+def markdown(adv: dict[str, Any]) -> str:
+    def f(x: Any) -> str:
+        return "n/a" if x is None else f"{x:.3f}"
+
+    out = [
+        f"# Should speculative decoding be on? {adv['model']}",
+        "",
+        f"Step times from `{adv['tables']}`; acceptance replayed from the traffic.",
+        "",
+        "| drafter | concurrency | replayed at | K (replayed) | T (replayed) | R (measured) | speedup | 95 % CI |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in adv["rows"]:
+        b = "all at once" if r["concurrency"] is None else str(r["concurrency"])
+        rb = "all at once" if r["replay_concurrency"] is None else str(r["replay_concurrency"])
+        out.append(
+            f"| {r['drafter']} | {b} | {rb} | {f(r['K'])} | {f(r['T'])} [{f(r['T_lo'])}, {f(r['T_hi'])}] | "
+            f"{f(r['R'])} [{f(r['R_lo'])}, {f(r['R_hi'])}] | {f(r['speedup'])} | "
+            f"[{f(r['speedup_lo'])}, {f(r['speedup_hi'])}] |"
+        )
+    out += ["", "## Recommendation", ""] + [f"- {line}" for line in adv["recommendation"]]
+    out += ["", "## What the prediction assumes", "", ASSUMES, ""]
+    return "\n".join(out)
