@@ -32,6 +32,9 @@ RUNS = {
     "h200x2-shapes": ("config/h200x2-shapes.yaml", 12),
     # the 72B shape in fp8 on one H200, and the 32B shape in fp8 beside it (32B's spec cells mostly unmeasured)
     "h200-fp8-shapes": ("config/h200-fp8-shapes.yaml", 12),
+    # concurrency: the 8B shape at b = 1..256 on code-t1/code-greedy, 3 engine starts per ladder step (the cells
+    # of all prompts at once were not measured)
+    "h200-concurrency": ("config/h200-concurrency.yaml", 48),
 }
 
 

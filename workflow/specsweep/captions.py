@@ -17,6 +17,7 @@ from typing import Any
 from .errors import SpecsweepError
 from .figures import (
     ARTICLE_R_BAND,
+    CONCURRENCY_FIGURE,
     FIGURES,
     HEADLINE_CONFIG,
     K_ALPHA_WORKLOADS,
@@ -305,29 +306,37 @@ def captions(
         run = (meta.get(b"specsweep.run") or b"").decode() or ctab.column("run")[0].as_py()
     data = Tables.load(Path(tables), run)
     data.dummy = frozenset(dummy)
-    mine = [c for c in data.cells if c[0] == headline]
-    device = next((r["device_name"] for r in data.rows_of(mine) if r.get("device_name")), "unknown device")
     per_engine = "each repeat on its own engine start" if data.engine_per_repeat else "caches reset between passes"
-    foot = (
-        f"\n\nModel **{_e(headline)}** on {_e(device)}; {_e(data.n_text(mine))}, {per_engine}: "
-        "medians with [95 % intervals over engine starts; none below 2 starts]."
-    )
-    missing = [f"{_e(w)}/{_e(c)}" for (_, w, c) in mine if not data.n((headline, w, c))]
-    fewer = [
-        f"{_e(w)}/{_e(c)} (n={data.n((headline, w, c))})"
-        for (_, w, c) in mine
-        if 0 < data.n((headline, w, c)) < data.repeats
-    ]
-    if missing:
-        foot += f" Missing or failed cells: {', '.join(missing)}."
-    if fewer:
-        foot += f" Cells with fewer repeats: {', '.join(fewer)}."
+
+    def footer(d: Tables) -> str:
+        """The run's conditions and n, from the cells a caption's figure draws (figure 9: those at a b)."""
+        mine = [c for c in d.cells if c[0] == headline]
+        device = next((r["device_name"] for r in d.rows_of(mine) if r.get("device_name")), "unknown device")
+        foot = (
+            f"\n\nModel **{_e(headline)}** on {_e(device)}; {_e(d.n_text(mine))}, {per_engine}: "
+            "medians with [95 % intervals over engine starts; none below 2 starts]."
+        )
+        missing = [f"{_e(w)}/{_e(c)}" for (_, w, c) in mine if not d.n((headline, w, c))]
+        fewer = [
+            f"{_e(w)}/{_e(c)} (n={d.n((headline, w, c))})"
+            for (_, w, c) in mine
+            if 0 < d.n((headline, w, c)) < d.repeats
+        ]
+        if missing:
+            foot += f" Missing or failed cells: {', '.join(missing)}."
+        if fewer:
+            foot += f" Cells with fewer repeats: {', '.join(fewer)}."
+        return foot
+
     out: dict[str, Any] = {
         stem: _fig8(data, headline, r_runs) if stem == "fig8_r_at_scale" else _CAPTIONS[stem](data, headline)
         for stem in drawn_figures(data.concurrency_axis)
         if stem not in set(left_out)
     }
-    return {k: check_rst(k, v + foot) for k, v in out.items()}
+    foot = footer(data)
+    return {
+        k: check_rst(k, v + (footer(data.concurrency()) if k == CONCURRENCY_FIGURE else foot)) for k, v in out.items()
+    }
 
 
 def write_captions(

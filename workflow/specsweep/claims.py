@@ -568,7 +568,7 @@ def _c6(
 
 
 def _cpu(study: Study, crow: list[dict[str, Any]]) -> dict[str, Any]:
-    planned = len(crow) * study.repeats
+    planned = sum(c.get("repeats") or study.repeats for c in crow)
     measured = sum(c["n"] for c in crow)
     short = [f"{_name(c)} ({c['n']}/{c['repeats']})" for c in crow if c["n"] < c["repeats"]]
     cvs = [(c["output_tok_s_cv"], _name(c)) for c in crow if c.get("output_tok_s_cv") is not None]
@@ -683,6 +683,9 @@ def decide_c9(study: Study, xrows: list[dict[str, Any]]) -> dict[str, Any]:
         "id": "C9",
         "claim": C9_LABEL,
         "verdict": _combine(verdicts),
+        "rule": "per real-weight (model, workload, drafter) measured at several b: confirmed when every curve's "
+        "speedup falls through 1 with both ends of b*'s interval inside the measured b; refuted when one costs "
+        "already at b = 1 or rises through 1; else undecided (crossover.py)",
         "evidence": ev,
         "cells": sorted(f"{x['model']}/{x['workload']}/{x['step']}" for x in rows),
     }
