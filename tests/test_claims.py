@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from specsweep import claims, tables
+from specsweep import claims, stats, tables
 from specsweep.config import build_study
 
 
@@ -183,7 +183,7 @@ def test_k_predictions_known_answer():
     assert p["K_linear"] == pytest.approx(3.4)
     assert p["K_leviathan"] == pytest.approx((1 - 0.6**5) / 0.4)
     assert p["conditional_acceptance"] == pytest.approx([0.6, 0.5, 1 / 3])
-    lo, hi = claims.wilson(6, 10)
+    lo, hi = stats.wilson(6, 10)
     assert (p["p1_lo"], p["p1_hi"]) == (lo, hi) and lo < 0.6 < hi
     assert p["K_linear_lo"] == pytest.approx(1 + lo * 4) and p["K_linear_hi"] == pytest.approx(1 + hi * 4)
     assert claims.k_predictions({"drafts": 0, "draft_tokens": 0, "accepted_per_pos": [], "K_median": None}) is None

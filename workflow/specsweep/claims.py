@@ -44,7 +44,6 @@ The conditional acceptance curve (accepted at i / accepted at i-1) says why: Lev
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -185,15 +184,6 @@ def _above(a: dict[str, Any], b: dict[str, Any], m: str) -> str:
     return "undecided"
 
 
-def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score 95 % interval of a proportion k / n."""
-    p = k / n
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def _linear(p1: float, g: float) -> float:
     return 1 + p1 * g
 
@@ -210,7 +200,7 @@ def k_predictions(c: dict[str, Any]) -> dict[str, Any] | None:
         return None
     p1 = pos[0] / drafts
     g = dtok / drafts
-    p1_lo, p1_hi = wilson(pos[0], drafts)
+    p1_lo, p1_hi = stats.wilson(pos[0], drafts)
     lin, lev = _linear(p1, g), _leviathan(p1, g)
     cond = [pos[i] / pos[i - 1] if i and pos[i - 1] else (pos[0] / drafts if i == 0 else None) for i in range(len(pos))]
     return {
@@ -266,7 +256,7 @@ def _rising(pred: dict[str, Any], c: dict[str, Any]) -> bool | None:
     pos = c["accepted_per_pos"]
     if len(pos) < 2 or not pos[0]:
         return None
-    lo2, hi2 = wilson(pos[1], pos[0])
+    lo2, hi2 = stats.wilson(pos[1], pos[0])
     if lo2 > pred["p1_hi"]:
         return True
     if hi2 < pred["p1_lo"]:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import math
 import os
 import re
 import secrets
@@ -52,6 +51,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from .errors import EngineStartError, SpecsweepError
+from .slots import env_seconds
 
 DEFAULT_IDLE_S = 300.0
 DEFAULT_START_TIMEOUT_S = 3600.0
@@ -81,16 +81,7 @@ class StaleHostError(SpecsweepError):
 
 
 def _seconds(name: str, default: float) -> float:
-    env = os.environ.get(name)
-    if env is None or not env.strip():
-        return default
-    try:
-        value = float(env)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise SpecsweepError(f"{name}={env[:60]}: must be a positive number of seconds")
-    return value
+    return env_seconds(name, default)
 
 
 def idle_s() -> float:

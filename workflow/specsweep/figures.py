@@ -37,6 +37,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
+from . import stats
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
@@ -1217,8 +1219,6 @@ def size_stats(
     per (method, model) the geometric mean speedup over those workloads (stats.geomean), the geometric means
     of the per-workload interval bounds (None unless every workload has an interval) and how many of the
     common workloads have a speedup."""
-    from . import stats
-
     models = [m for m in data.models() if m not in data.dummy]  # random weights: no speedup to speak of
     known = {m: size for m in models if (size := data.model_sizes()[m]) is not None}
     methods = [m for m in SIZE_METHODS if any(c == m for (_, _, c) in data.cells)] or list(SIZE_METHODS)
@@ -1463,15 +1463,6 @@ def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
     return needs
 
 
-def _wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score 95 % interval of a proportion k / n."""
-    p = k / n
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
     from matplotlib.lines import Line2D
 
@@ -1606,7 +1597,7 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
                         break
                     pos.append(i)
                     val.append(counts[i] / counts[i - 1])
-                    a, b = _wilson(counts[i], counts[i - 1])
+                    a, b = stats.wilson(counts[i], counts[i - 1])
                     lo.append(a)
                     hi.append(b)
                 if not pos:

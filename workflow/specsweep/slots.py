@@ -44,18 +44,24 @@ def slot_dir() -> Path:
     return Path("/tmp") / f"specsweep-gpu-slots-{os.getuid()}"
 
 
-def slot_timeout_s() -> float:
-    """How long a cell waits for its GPUs: SPECSWEEP_SLOT_TIMEOUT_S seconds, default one hour."""
-    env = os.environ.get("SPECSWEEP_SLOT_TIMEOUT_S")
+def env_seconds(name: str, default: float) -> float:
+    """A positive, finite number of seconds from environment variable `name` (default when unset or blank);
+    anything else is one line naming the variable, before anything waits on it."""
+    env = os.environ.get(name)
     if env is None or not env.strip():
-        return DEFAULT_TIMEOUT_S
+        return default
     try:
         value = float(env)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise SpecsweepError(f"SPECSWEEP_SLOT_TIMEOUT_S={env[:60]}: must be a positive number of seconds")
+        raise SpecsweepError(f"{name}={env[:60]}: must be a positive number of seconds")
     return value
+
+
+def slot_timeout_s() -> float:
+    """How long a cell waits for its GPUs: SPECSWEEP_SLOT_TIMEOUT_S seconds, default one hour."""
+    return env_seconds("SPECSWEEP_SLOT_TIMEOUT_S", DEFAULT_TIMEOUT_S)
 
 
 def node_gpu_ids() -> list[str]:

@@ -318,3 +318,12 @@ def geomean(values: Sequence[float | None]) -> float | None:
     arr = _clean(values)
     arr = arr[arr > 0]
     return float(math.exp(np.log(arr).mean())) if arr.size else None
+
+
+def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score 95 % interval of a proportion k / n."""
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, centre - half), min(1.0, centre + half)
