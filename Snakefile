@@ -3,8 +3,6 @@
 #   snakemake --profile profiles/cpu                              the CPU profile (config/smoke.yaml, 6 cells x 3)
 #   snakemake figures                                             tables + figures from the cells that exist
 #   snakemake preflight --configfile config/preflight.yaml        every cell tried on random weights first
-import os
-
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -21,12 +19,10 @@ report: "workflow/report/workflow.rst"
 
 
 # docutils renders the report's RST: raw HTML off (workflow/report/docutils.conf), read after any config the
-# user's DOCUTILSCONFIG names, so that it wins.
-_DOCUTILS = f"{workflow.basedir}/workflow/report/docutils.conf"
-if _DOCUTILS not in os.environ.get("DOCUTILSCONFIG", "").split(os.pathsep):
-    os.environ["DOCUTILSCONFIG"] = os.pathsep.join(
-        p for p in (os.environ.get("DOCUTILSCONFIG"), _DOCUTILS) if p
-    )
+# user's DOCUTILSCONFIG names, so that it wins (specsweep.captions.use_report_docutils_config).
+from specsweep.captions import use_report_docutils_config  # noqa: E402
+
+use_report_docutils_config(f"{workflow.basedir}/workflow/report/docutils.conf")
 
 
 include: "workflow/rules/common.smk"

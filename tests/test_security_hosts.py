@@ -326,7 +326,13 @@ def test_ctrl_c_during_an_engine_start_ends_the_starting_host(cell_job, eng, smo
     args = [a if a != cell_job["args"][-1] else str(smollm2) for a in cell_job["args"]]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "workflow"), VLLM_ENABLE_V1_MULTIPROCESSING="0")
     job = subprocess.Popen(
-        [sys.executable, "-m", "specsweep.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        [sys.executable, "-m", "specsweep.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        # a job started from a background shell inherits SIGINT ignored, and Python then never raises
+        # KeyboardInterrupt: give the job the default handling a terminal's Ctrl-C meets
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120

@@ -355,3 +355,14 @@ def write_captions(
         atomic_write_bytes(path, (text + "\n").encode())
         paths.append(path)
     return paths
+
+
+def use_report_docutils_config(path: str) -> None:
+    """Make docutils, which renders the Snakemake report's RST, read `path` (raw HTML off) after any config the
+    user's DOCUTILSCONFIG names, so that it wins. Snakemake calls docutils with no settings of its own; this
+    variable is docutils' only way in."""
+    import os
+
+    given = os.environ.get("DOCUTILSCONFIG")
+    if path not in (given or "").split(os.pathsep):
+        os.environ["DOCUTILSCONFIG"] = os.pathsep.join(p for p in (given, path) if p)
