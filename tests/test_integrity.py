@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, set_key
+from conftest import ROOT, set_key, snakemake
 from specsweep import cells, cli, slots
 from specsweep.config import MAX_NODES, build_study, load_study
 from specsweep.errors import MAX_MESSAGE, SpecsweepError
@@ -1178,26 +1178,17 @@ def test_failed_render_keeps_the_last_good_figures(tmp_path):
     tables, figures = _committed_outputs(tmp_path)
     before = {p.relative_to(figures): p.read_bytes() for p in figures.rglob("*") if p.is_file()}
     _truncate(tables / "speedup.parquet")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(ROOT / "Snakefile"),
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(ROOT / "config" / "h200.yaml"),
-            "--cores",
-            "1",
-            "--allowed-rules",
-            "render_figures",
-            "--",
-            "figures/h200-smollm2/manifest.json",
-        ],
-        capture_output=True,
-        text=True,
+    proc = snakemake(
+        tmp_path,
+        "--configfile",
+        str(ROOT / "config" / "h200.yaml"),
+        "--cores",
+        "1",
+        "--allowed-rules",
+        "render_figures",
+        "--",
+        "figures/h200-smollm2/manifest.json",
+        check=False,
         timeout=600,
     )
     assert proc.returncode != 0

@@ -293,9 +293,9 @@ def captions(
     left_out: Iterable[str] = (),
 ) -> dict[str, str]:
     """One caption per figure of FIGURES the run gets (drawn_figures) and draws, in that order. ``run``: the
-    tables' run (default: their only
-    run); ``r_runs``: other runs figure 8 draws R of (config r_at_scale_runs); ``dummy``: the models with
-    random weights; ``left_out``: the figures not drawn (the manifest's ``left_out``), which get no caption."""
+    tables' run (default: their only run); ``r_runs``: other runs figure 8 draws R of (config r_at_scale_runs);
+    ``dummy``: the models with random weights; ``left_out``: the figures not drawn (the manifest's
+    ``left_out``), which get no caption."""
     if set(_CAPTIONS) != set(FIGURES):
         raise ValueError(f"captions and figures disagree: {sorted(set(_CAPTIONS) ^ set(FIGURES))}")
     if run is None:

@@ -80,19 +80,15 @@ class StaleHostError(SpecsweepError):
 # ------------------------------------------------------------------------------------------------ knobs
 
 
-def _seconds(name: str, default: float) -> float:
-    return env_seconds(name, default)
-
-
 def idle_s() -> float:
     """How long an idle host waits for a request before it exits: SPECSWEEP_ENGINE_IDLE_S, default 300 s."""
-    return _seconds("SPECSWEEP_ENGINE_IDLE_S", DEFAULT_IDLE_S)
+    return env_seconds("SPECSWEEP_ENGINE_IDLE_S", DEFAULT_IDLE_S)
 
 
 def start_timeout_s() -> float:
     """How long a cell waits for its host's engine to start (and for a host to finish its measurement when
     told to stop): SPECSWEEP_ENGINE_START_TIMEOUT_S, default one hour."""
-    return _seconds("SPECSWEEP_ENGINE_START_TIMEOUT_S", DEFAULT_START_TIMEOUT_S)
+    return env_seconds("SPECSWEEP_ENGINE_START_TIMEOUT_S", DEFAULT_START_TIMEOUT_S)
 
 
 def check_knobs() -> None:
