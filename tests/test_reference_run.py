@@ -35,6 +35,9 @@ RUNS = {
     # concurrency: the 8B shape at b = 1..256 on code-t1/code-greedy, 3 engine starts per ladder step (the cells
     # of all prompts at once were not measured)
     "h200-concurrency": ("config/h200-concurrency.yaml", 48),
+    # concurrency with the real SmolLM2: code at b = 1..256 with 3 engine starts per ladder step, sonnet with 1-2
+    # (the device time ran out), chat and the cells of all prompts at once not measured
+    "h200-smollm2-concurrency": ("config/h200-smollm2-concurrency.yaml", 54),
 }
 
 
@@ -179,3 +182,20 @@ def test_footers_state_the_n_the_cells_have():
         assert "n = 3" not in svg, stem
         caption = (ROOT / "figures" / "h200-smollm2" / "captions" / f"{stem}.rst").read_text().replace("\\", "")
         assert "n = 1 repeat per cell (3 planned)" in caption and "n = 3" not in caption, stem
+
+
+@pytest.mark.slow
+def test_validation_rerenders_byte_identical(tmp_path, monkeypatch):
+    """`specsweep validate` (every drafter cell of the real-weight concurrency run replayed from its stored
+    token ids, and the advisor's predictions) gives the committed tables again, byte for byte; and the replay
+    holds ngram's tolerance on every cell (suffix's gap is reported, see docs/replay.md)."""
+    from specsweep import validate
+
+    monkeypatch.chdir(ROOT)
+    run = "h200-smollm2-concurrency"
+    got = validate.validate(Path("results") / run / "cells", Path("results") / run / "tables", tmp_path / "v")
+    for f in (ROOT / "results" / run / "validation").iterdir():
+        assert (tmp_path / "v" / f.name).read_bytes() == f.read_bytes(), f.name
+    ngram = [r for r in got["replay"] if r["method"] == "ngram"]
+    assert len(ngram) == 20 and all(r["within"] for r in ngram)
+    assert len(got["advise"]) == 20

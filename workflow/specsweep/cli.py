@@ -16,6 +16,7 @@
     specsweep status     --config C [--results results] [--json]          # done, failed, stale, left; GPU time
     specsweep replay     --traffic T.jsonl --tokenizer DIR --method ngram --out replay.json   # K without a GPU
     specsweep advise     --replay replay.json --tables results/r/tables --model M --out advice.md
+    specsweep validate   --run r                                          # replay + advisor against the measured cells
 """
 
 from __future__ import annotations
@@ -439,6 +440,17 @@ def cmd_advise(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    from . import validate
+
+    cells_dir = Path(args.results) / args.run / "cells"
+    tables = Path(args.tables) if args.tables else Path(args.results) / args.run / "tables"
+    out = Path(args.out) if args.out else Path(args.results) / args.run / "validation"
+    got = validate.validate(cells_dir, tables, out, Path(args.configs) if args.configs else None)
+    print(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specsweep", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -597,6 +609,16 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--configs", help="folder of study configs named when a shape was never measured")
     sp.add_argument("--out", required=True, help="the Markdown report")
     sp.set_defaults(func=cmd_advise)
+    sp = sub.add_parser(
+        "validate",
+        help="replay a run's drafter cells and predict its speedups with the advisor; compare with the measurement",
+    )
+    sp.add_argument("--run", required=True, help="the run (results/RUN/cells)")
+    sp.add_argument("--results", default="results", help="the results folder (default results)")
+    sp.add_argument("--tables", help="the run's tables (default results/RUN/tables)")
+    sp.add_argument("--configs", help="folder of study configs named when a shape was never measured")
+    sp.add_argument("--out", help="where the tables go (default results/RUN/validation)")
+    sp.set_defaults(func=cmd_validate)
     return p
 
 

@@ -1,0 +1,347 @@
+"""Replay and the advisor checked against a run's measurements (`specsweep validate`).
+
+Two tables, written as a set (with a MANIFEST) into the run's `validation/` folder:
+
+- `replay_vs_measured`: every real-weight drafter cell that stores its token ids, replayed with the cell's own
+  drafter settings, concurrency (the cell's b, else max_num_seqs) and token budget on the lockstep schedule
+  (replay.py): replayed K and alpha against the K and alpha vLLM's counters measured in that cell.
+- `advise_vs_measured`: per (model, workload, drafter, concurrency) measured against vanilla, the advisor's
+  predicted speedup T / R (advise.advise: T from the replay of repeat 1 of that cell, R from the run's speedup
+  table) against the measured speedup. Two predictions per row: R taken from the other workloads of the run
+  (`predicted_other`: what a user gets whose traffic was never measured on this shape, the advisor's real use)
+  and R from the same workload (`predicted_same`: only the replayed T is then a prediction).
+
+Both read only committed files (cells, token files, the run's tables); no model or tokenizer is needed."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from . import advise, cells, replay
+from .errors import SpecsweepError
+from .jsonio import atomic_write_json
+
+#: The tolerances the replay is held to (tests/test_replay.py holds the CPU profile's cells to the same):
+#: ngram drafts from the request's own tokens only, so replay reproduces vLLM's drafts; suffix decoding's
+#: global cache also sees the partial responses of the requests beside it, which the lockstep schedule follows
+#: only as far as vLLM's batch order is admission order.
+TOLERANCE = {"ngram": 0.03, "suffix": 0.05}
+#: The advisor's goal: predicted speedup within 10 % of the measured one.
+ADVISE_GOAL = 0.10
+
+REPLAY_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("model", pa.string()),
+    ("workload", pa.string()),
+    ("config", pa.string()),
+    ("method", pa.string()),
+    ("concurrency", pa.int64()),
+    ("repeat", pa.int64()),
+    ("requests", pa.int64()),
+    ("K_measured", pa.float64()),
+    ("K_replayed", pa.float64()),
+    ("K_replayed_lo", pa.float64()),
+    ("K_replayed_hi", pa.float64()),
+    ("K_error", pa.float64()),
+    ("alpha_measured", pa.float64()),
+    ("alpha_replayed", pa.float64()),
+    ("drafts_measured", pa.int64()),
+    ("drafts_replayed", pa.int64()),
+    ("T_replayed", pa.float64()),
+    ("tolerance", pa.float64()),
+    ("within", pa.bool_()),
+]
+
+ADVISE_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("model", pa.string()),
+    ("workload", pa.string()),
+    ("method", pa.string()),
+    ("concurrency", pa.int64()),
+    ("n_starts", pa.int64()),
+    ("speedup_measured", pa.float64()),
+    ("speedup_measured_lo", pa.float64()),
+    ("speedup_measured_hi", pa.float64()),
+    ("T_measured", pa.float64()),
+    ("T_replayed", pa.float64()),
+    ("R_same", pa.float64()),
+    ("predicted_same", pa.float64()),
+    ("error_same", pa.float64()),
+    ("R_other", pa.float64()),
+    ("R_other_from", pa.string()),
+    ("predicted_other", pa.float64()),
+    ("predicted_other_lo", pa.float64()),
+    ("predicted_other_hi", pa.float64()),
+    ("error_other", pa.float64()),
+    ("within_goal_other", pa.bool_()),
+]
+
+
+def _cell_files(cells_dir: Path) -> list[Path]:
+    return sorted(p for p in Path(cells_dir).glob("*/*/*/r*.json") if not p.name.endswith(".tokens.json"))
+
+
+def replay_cell(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the cell, its replay report) for a drafter cell that stores token ids; None for any other cell."""
+    doc = cells.load(path)
+    spec = doc["settings"]["ladder"].get("speculative") or {}
+    if not spec or not doc.get("replay_tokens") or doc.get("status") != "ok":
+        return None
+    engine = doc["settings"]["engine"]
+    requests = replay.cell_requests(path, doc)
+    drafter = replay.Drafter.from_speculative(dict(spec), engine.get("max_model_len"))
+    b = doc["settings"]["workload"].get("concurrency") or engine.get("max_num_seqs")
+    budget = engine.get("max_num_batched_tokens")
+    run = replay.run_replay(requests, drafter, "lockstep", b, budget)
+    plain = replay.run_replay(requests, None, "lockstep", b, budget)
+    rep = replay.report(run, drafter, "lockstep", str(path), 0, plain.engine_steps)
+    rep["concurrency"], rep["token_budget"] = b, budget
+    return doc, rep
+
+
+def _f(x: Any) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def replay_rows(cells_dir: Path) -> tuple[list[dict[str, Any]], dict[tuple[str, str, str, int | None], Path]]:
+    """One row per replayed cell, and the replay reports of repeat 1 written to a temporary folder, keyed by
+    (model, workload, method, concurrency) for the advisor."""
+    rows: list[dict[str, Any]] = []
+    reports: dict[tuple[str, str, str, int | None], Path] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="specsweep-validate-"))
+    for path in _cell_files(cells_dir):
+        got = replay_cell(path)
+        if got is None:
+            continue
+        doc, rep = got
+        o, spec = rep["overall"], doc["spec"]
+        method = rep["drafter"]["method"]
+        b = doc["settings"]["workload"].get("concurrency")
+        workload = doc["workload"].split("@")[0]
+        km, kr = _f(spec.get("K")), _f(o.get("K"))
+        err = None if km is None or kr is None else kr / km - 1
+        tol = TOLERANCE.get(method)
+        rows.append(
+            {
+                "model": doc["model"],
+                "workload": workload,
+                "config": doc["config"],
+                "method": method,
+                "concurrency": b,
+                "repeat": doc["repeat"],
+                "requests": o["requests"],
+                "K_measured": km,
+                "K_replayed": kr,
+                "K_replayed_lo": _f((o.get("K_ci") or [None, None])[0]),
+                "K_replayed_hi": _f((o.get("K_ci") or [None, None])[1]),
+                "K_error": err,
+                "alpha_measured": _f(spec.get("alpha")),
+                "alpha_replayed": _f(o.get("alpha")),
+                "drafts_measured": spec.get("drafts"),
+                "drafts_replayed": o.get("drafts"),
+                "T_replayed": _f(o.get("T")),
+                "tolerance": tol,
+                "within": None if err is None or tol is None else abs(err) <= tol,
+            }
+        )
+        if doc["repeat"] == 1:
+            out = tmp / f"{doc['model']}-{workload}-{method}-b{b}.json"
+            atomic_write_json(out, rep)
+            reports[(doc["model"], workload, method, b)] = out
+    return rows, reports
+
+
+def advise_rows(
+    tables: Path, reports: dict[tuple[str, str, str, int | None], Path], config_dir: Path | None = None
+) -> list[dict[str, Any]]:
+    """The advisor's prediction for every measured (model, workload, drafter, b) against the measurement."""
+    import pyarrow.parquet as pq
+
+    measured = [r for r in pq.read_table(Path(tables) / "speedup.parquet").to_pylist() if _f(r.get("speedup"))]
+    by_model: dict[str, set[str]] = {}
+    for r in measured:
+        by_model.setdefault(r["model"], set()).add(r["workload"].split("@")[0])
+    rows = []
+    for r in measured:
+        workload, b = r["workload"].split("@")[0], r.get("concurrency")
+        rep = reports.get((r["model"], workload, r["method"], b))
+        if rep is None:
+            continue
+        same = _predict(rep, tables, r["model"], r["workload"], b, config_dir)
+        others = sorted(by_model[r["model"]] - {workload})
+        other = None
+        if others:
+            # R over the other workloads at the same b: the advisor's spread of R over workloads, this one left out
+            got = [_predict(rep, tables, r["model"], _at(w, b), b, config_dir) for w in others]
+            preds = [p for p in got if p is not None]
+            if preds:
+                rs = sorted(p["R"] for p in preds)
+                other = {
+                    "R": rs[len(rs) // 2] if len(rs) % 2 else (rs[len(rs) // 2 - 1] + rs[len(rs) // 2]) / 2,
+                    "R_lo": min(p["R_lo"] for p in preds),
+                    "R_hi": max(p["R_hi"] for p in preds),
+                    "T": preds[0]["T"],
+                    "T_lo": preds[0]["T_lo"],
+                    "T_hi": preds[0]["T_hi"],
+                    "from": ", ".join(others),
+                }
+        sm = float(r["speedup"])
+        row = {
+            "model": r["model"],
+            "workload": workload,
+            "method": r["method"],
+            "concurrency": b,
+            "n_starts": r.get("n_starts"),
+            "speedup_measured": sm,
+            "speedup_measured_lo": _f(r.get("speedup_lo")),
+            "speedup_measured_hi": _f(r.get("speedup_hi")),
+            "T_measured": _f(r.get("T")),
+            "T_replayed": None if same is None else same["T"],
+            "R_same": None if same is None else same["R"],
+            "predicted_same": None if same is None else same["T"] / same["R"],
+        }
+        row["error_same"] = None if row["predicted_same"] is None else row["predicted_same"] / sm - 1
+        if other is not None:
+            pred = other["T"] / other["R"]
+            row |= {
+                "R_other": other["R"],
+                "R_other_from": other["from"],
+                "predicted_other": pred,
+                "predicted_other_lo": other["T_lo"] / other["R_hi"],
+                "predicted_other_hi": other["T_hi"] / other["R_lo"],
+                "error_other": pred / sm - 1,
+                "within_goal_other": abs(pred / sm - 1) <= ADVISE_GOAL,
+            }
+        rows.append(row)
+    return rows
+
+
+def _at(workload: str, b: int | None) -> str:
+    return workload if b is None else f"{workload}@b{b}"
+
+
+def _predict(
+    rep: Path, tables: Path, model: str, workload: str, b: int | None, config_dir: Path | None
+) -> dict[str, Any] | None:
+    """advise.advise's row at concurrency b with R of one workload (None when that workload was not measured
+    there)."""
+    try:
+        adv = advise.advise([rep], tables, model, workload, config_dir)
+    except SpecsweepError:
+        return None
+    hit = [x for x in adv["rows"] if x["concurrency"] == b]
+    if not hit:
+        return None
+    x = hit[0]
+    return {k: x[k] for k in ("T", "T_lo", "T_hi", "R", "R_lo", "R_hi")}
+
+
+def _pct(x: Any) -> str:
+    return "–" if x is None else f"{100 * x:+.1f} %"
+
+
+def _n(x: Any, d: int = 2) -> str:
+    return "–" if x is None else f"{x:.{d}f}"
+
+
+def markdown(run: str, replays: list[dict[str, Any]], adv: list[dict[str, Any]]) -> str:
+    out = [f"# Replay and advisor against measurement: run `{run}`", ""]
+    out += [
+        "## Replayed K against measured K",
+        "",
+        "Each drafter cell replayed from its stored token ids with its own settings, concurrency and token "
+        "budget (lockstep schedule). Tolerance: "
+        + ", ".join(f"{m} ±{100 * t:.0f} %" for m, t in TOLERANCE.items())
+        + ".",
+        "",
+    ]
+    for method in sorted({r["method"] for r in replays}):
+        g = [r for r in replays if r["method"] == method and r["K_error"] is not None]
+        if g:
+            errs = sorted(abs(r["K_error"]) for r in g)
+            inside = sum(bool(r["within"]) for r in g)
+            out.append(
+                f"- {method}: {len(g)} cells, {inside} within ±{100 * TOLERANCE[method]:.0f} %; |error| median "
+                f"{100 * errs[len(errs) // 2]:.1f} %, largest {100 * errs[-1]:.1f} %; signed mean "
+                f"{100 * sum(r['K_error'] for r in g) / len(g):+.1f} %"
+            )
+    out += [
+        "",
+        "| workload | drafter | b | repeat | requests | K measured | K replayed [95 % CI] | error | drafts m / r |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in replays:
+        ci = "" if r["K_replayed_lo"] is None else f" [{r['K_replayed_lo']:.2f}, {r['K_replayed_hi']:.2f}]"
+        out.append(
+            f"| {r['workload']} | {r['method']} | {r['concurrency'] or 'all'} | {r['repeat']} | {r['requests']} | "
+            f"{_n(r['K_measured'], 3)} | {_n(r['K_replayed'], 3)}{ci} | {_pct(r['K_error'])} | "
+            f"{r['drafts_measured']} / {r['drafts_replayed']} |"
+        )
+    out += [
+        "",
+        "## Predicted speedup against measured speedup",
+        "",
+        f"The advisor's prediction T / R (goal: within ±{100 * ADVISE_GOAL:.0f} % of the measured speedup). "
+        "`other`: R from the run's other workloads at the same b (the advisor's use on unmeasured traffic); "
+        "`same`: R from this workload's own cells, so only the replayed T is predicted.",
+        "",
+    ]
+    g = [r for r in adv if r.get("error_other") is not None]
+    if g:
+        inside = sum(bool(r["within_goal_other"]) for r in g)
+        errs = sorted(abs(r["error_other"]) for r in g)
+        out.append(
+            f"- R from other workloads: {inside} of {len(g)} within ±{100 * ADVISE_GOAL:.0f} %; |error| median "
+            f"{100 * errs[len(errs) // 2]:.1f} %, largest {100 * errs[-1]:.1f} %"
+        )
+    g = [r for r in adv if r.get("error_same") is not None]
+    if g:
+        errs = sorted(abs(r["error_same"]) for r in g)
+        inside = sum(abs(r["error_same"]) <= ADVISE_GOAL for r in g)
+        out.append(
+            f"- R from the same workload: {inside} of {len(g)} within ±{100 * ADVISE_GOAL:.0f} %; |error| "
+            f"median {100 * errs[len(errs) // 2]:.1f} %, largest {100 * errs[-1]:.1f} %"
+        )
+    out += [
+        "",
+        "| workload | drafter | b | n | measured [95 % CI] | T measured | T replayed | predicted (other) | error | "
+        "predicted (same) | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in adv:
+        m = _n(r["speedup_measured"])
+        if r["speedup_measured_lo"] is not None:
+            m += f" [{r['speedup_measured_lo']:.2f}, {r['speedup_measured_hi']:.2f}]"
+        out.append(
+            f"| {r['workload']} | {r['method']} | {r['concurrency'] or 'all'} | {r['n_starts'] or '–'} | {m} | "
+            f"{_n(r['T_measured'])} | {_n(r['T_replayed'])} | {_n(r.get('predicted_other'))} | "
+            f"{_pct(r.get('error_other'))} | {_n(r['predicted_same'])} | {_pct(r['error_same'])} |"
+        )
+    out.append("")
+    return "\n".join(out)
+
+
+def validate(cells_dir: Path, tables: Path, out: Path, config_dir: Path | None = None) -> dict[str, Any]:
+    """Both tables for one run, written as a set into out."""
+    from .tables import _parquet_bytes, _table, write_set
+
+    if not Path(cells_dir).is_dir():
+        raise SpecsweepError(f"validate: {cells_dir} is not a folder of cells")
+    if not (Path(tables) / "speedup.parquet").is_file():
+        raise SpecsweepError(f"validate: {tables} holds no speedup.parquet (run `specsweep tables` first)")
+    replays, reports = replay_rows(Path(cells_dir))
+    if not replays:
+        raise SpecsweepError(f"validate: no drafter cell under {cells_dir} stores token ids (replay_tokens)")
+    adv = advise_rows(Path(tables), reports, config_dir)
+    run = Path(cells_dir).resolve().parent.name
+    meta = {"specsweep": "validate", "run": run}
+    files = {
+        "replay_vs_measured.parquet": _parquet_bytes(_table(replays, REPLAY_COLUMNS, meta)),
+        "advise_vs_measured.parquet": _parquet_bytes(_table(adv, ADVISE_COLUMNS, meta)),
+        "validation.md": markdown(run, replays, adv).encode(),
+    }
+    write_set(Path(out), files)
+    return {"replay": replays, "advise": adv}
