@@ -25,7 +25,9 @@ from .jsonio import read_json
 ASSUMES = (
     "R (the drafter's step time over plain decoding) measured on this model shape holds for this traffic, "
     "within its spread over the run's workloads; the traffic runs as the replay scheduled it; "
-    "T's interval is the bootstrap interval over requests of the tokens per request step."
+    "T's interval is the bootstrap interval over requests of the tokens per request step. R measured on one "
+    "workload need not carry over to traffic of another shape (other prompt lengths, other acceptance): "
+    "`specsweep validate` measures how far it does on a run's own workloads."
 )
 
 
@@ -59,7 +61,8 @@ def step_time_ratios(
     tables: Path, model: str, method: str, workload: str | None, config_dir: Path
 ) -> list[dict[str, Any]]:
     """R by concurrency for (model, method) from a run's speedup table: one row per concurrency point (null:
-    all prompts at once), R's point the median over workloads, its interval the lowest and highest bound."""
+    all prompts at once), R's point the median over workloads, its interval the lowest and highest bound.
+    `workload` keeps one workload: at every concurrency (`code`) or at one (`code@b16`)."""
     path = Path(tables) / "speedup.parquet"
     if not path.is_file():
         raise SpecsweepError(f"advise: {path} not found (a run's tables folder)")
@@ -72,7 +75,7 @@ def step_time_ratios(
         if r["model"] == model
         and r["method"] == method
         and _num(r.get("R")) is not None
-        and (workload is None or r["workload"] == workload)
+        and (workload is None or workload in (r["workload"], r["workload"].split("@")[0]))
     ]
     if not rows:
         runs = _configs_measuring(model, method, config_dir)
@@ -89,8 +92,9 @@ def step_time_ratios(
             {
                 "concurrency": b,
                 "R": rs[mid] if len(rs) % 2 else (rs[mid - 1] + rs[mid]) / 2,
-                "R_lo": min(_num(r.get("R_lo")) or r["R"] for r in g),
-                "R_hi": max(_num(r.get("R_hi")) or r["R"] for r in g),
+                # an R measured on one engine start has no interval: then neither has the prediction
+                "R_lo": None if any(_num(r.get("R_lo")) is None for r in g) else min(r["R_lo"] for r in g),
+                "R_hi": None if any(_num(r.get("R_hi")) is None for r in g) else max(r["R_hi"] for r in g),
                 "workloads": sorted(r["workload"] for r in g),
                 "n": min(int(r["n"]) for r in g),
             }
@@ -158,8 +162,8 @@ def advise(
                     "T_hi": t_hi,
                     **r,
                     "speedup": t / r["R"],
-                    "speedup_lo": t_lo / r["R_hi"],
-                    "speedup_hi": t_hi / r["R_lo"],
+                    "speedup_lo": None if r["R_hi"] is None else t_lo / r["R_hi"],
+                    "speedup_hi": None if r["R_lo"] is None else t_hi / r["R_lo"],
                 }
             )
     return {"model": model, "tables": str(tables), "rows": rows, "recommendation": recommend(rows)}
@@ -175,7 +179,9 @@ def recommend(rows: list[dict[str, Any]]) -> list[str]:
         here = [r for r in rows if r["concurrency"] == b]
         label = "all prompts at once" if b is None else f"concurrency {b}"
         best = max(here, key=lambda r: r["speedup"])
-        if best["speedup_lo"] > 1:
+        if any(r["speedup_lo"] is None for r in here):
+            lines.append(f"{label}: undecided (R measured on one engine start: no interval)")
+        elif best["speedup_lo"] > 1:
             lines.append(f"{label}: turn on {best['drafter']} (predicted {best['speedup']:.2f}x)")
             on_up_to[best["drafter"]] = b
         elif all(r["speedup_hi"] < 1 for r in here):
@@ -214,3 +220,51 @@ def markdown(adv: dict[str, Any]) -> str:
     out += ["", "## Recommendation", ""] + [f"- {line}" for line in adv["recommendation"]]
     out += ["", "## What the prediction assumes", "", ASSUMES, ""]
     return "\n".join(out)
+
+
+def figure(adv: dict[str, Any], path: Path) -> None:
+    """Predicted speedup against concurrency, one line per drafter with its 95 % interval as a band, the 1.0
+    line; the point of all prompts at once drawn at the right edge. PNG or SVG by the suffix, deterministic."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .jsonio import atomic_write_bytes
+
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in ("png", "svg"):
+        raise SpecsweepError(f"advise --figure {path}: the file must end in .png or .svg")
+    rows = adv["rows"]
+    numeric = sorted({r["concurrency"] for r in rows if r["concurrency"] is not None})
+    edge = (max(numeric) * 2) if numeric else 1
+    with plt.rc_context({"svg.hashsalt": "specsweep", "svg.fonttype": "path", "font.size": 9}):
+        fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=150)
+        for method in sorted({r["drafter"] for r in rows}):
+            g = sorted(
+                (r for r in rows if r["drafter"] == method),
+                key=lambda r: edge if r["concurrency"] is None else r["concurrency"],
+            )
+            x = [edge if r["concurrency"] is None else r["concurrency"] for r in g]
+            (line,) = ax.plot(x, [r["speedup"] for r in g], marker="o", label=method)
+            lo = [math.nan if r["speedup_lo"] is None else r["speedup_lo"] for r in g]
+            hi = [math.nan if r["speedup_hi"] is None else r["speedup_hi"] for r in g]
+            ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        if numeric:
+            ax.set_xscale("log", base=2)
+        ticks = numeric + ([edge] if any(r["concurrency"] is None for r in rows) else [])
+        ax.set_xticks(ticks, [str(b) for b in numeric] + (["all"] if len(ticks) > len(numeric) else []))
+        ax.set_xlabel("requests in flight (concurrency)")
+        ax.set_ylabel("predicted speedup over vanilla")
+        ax.set_title(f"{adv['model']}: predicted T / R, 95 % interval", fontsize=9)
+        ax.legend(frameon=False)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        meta = {"Software": None} if fmt == "png" else {"Date": None, "Creator": None}
+        fig.savefig(buf, format=fmt, metadata=meta)
+        plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

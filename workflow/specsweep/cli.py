@@ -435,6 +435,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
         Path(args.configs) if args.configs else None,
     )
     text = advise.markdown(adv)
+    if args.figure:
+        advise.figure(adv, Path(args.figure))
     atomic_write_bytes(Path(args.out), text.encode())
     print("\n".join(adv["recommendation"]))
     return 0
@@ -608,6 +610,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--workload", help="use R of this workload only (default: the spread over all)")
     sp.add_argument("--configs", help="folder of study configs named when a shape was never measured")
     sp.add_argument("--out", required=True, help="the Markdown report")
+    sp.add_argument("--figure", help="also draw the predicted speedup against concurrency (.png or .svg)")
     sp.set_defaults(func=cmd_advise)
     sp = sub.add_parser(
         "validate",

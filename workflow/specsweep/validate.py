@@ -181,8 +181,8 @@ def advise_rows(
                 rs = sorted(p["R"] for p in preds)
                 other = {
                     "R": rs[len(rs) // 2] if len(rs) % 2 else (rs[len(rs) // 2 - 1] + rs[len(rs) // 2]) / 2,
-                    "R_lo": min(p["R_lo"] for p in preds),
-                    "R_hi": max(p["R_hi"] for p in preds),
+                    "R_lo": None if any(p["R_lo"] is None for p in preds) else min(p["R_lo"] for p in preds),
+                    "R_hi": None if any(p["R_hi"] is None for p in preds) else max(p["R_hi"] for p in preds),
                     "T": preds[0]["T"],
                     "T_lo": preds[0]["T_lo"],
                     "T_hi": preds[0]["T_hi"],
@@ -210,8 +210,8 @@ def advise_rows(
                 "R_other": other["R"],
                 "R_other_from": other["from"],
                 "predicted_other": pred,
-                "predicted_other_lo": other["T_lo"] / other["R_hi"],
-                "predicted_other_hi": other["T_hi"] / other["R_lo"],
+                "predicted_other_lo": None if other["R_hi"] is None else other["T_lo"] / other["R_hi"],
+                "predicted_other_hi": None if other["R_lo"] is None else other["T_hi"] / other["R_lo"],
                 "error_other": pred / sm - 1,
                 "within_goal_other": abs(pred / sm - 1) <= ADVISE_GOAL,
             }
