@@ -50,7 +50,7 @@ lint: $(STAMP) shellcheck
 	$(BIN)/ruff check workflow/specsweep tests
 	$(BIN)/ruff format --check workflow/specsweep tests
 	$(BIN)/mypy workflow/specsweep
-	shellcheck workflow/scripts/*.sh .ci/run
+	shellcheck workflow/scripts/*.sh offline-gpu/*.sh .ci/run
 
 figures: $(STAMP)
 	$(BIN)/snakemake --profile profiles/cpu $(SNAKE_CONFIG) figures
