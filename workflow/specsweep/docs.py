@@ -81,7 +81,7 @@ def refresh(root: Path = ROOT) -> list[Path]:
 # ------------------------------------------------------------------------------------------- generators
 def run_configs(root: Path = ROOT) -> dict[str, Path]:
     """Run name -> the config file under config/ that names it (`run:`)."""
-    out = {}
+    out: dict[str, Path] = {}
     for path in sorted((root / "config").glob("*.yaml")):
         doc = yaml.safe_load(path.read_text())
         if isinstance(doc, dict) and isinstance(doc.get("run"), str):
@@ -109,8 +109,13 @@ def _models(names: list[str], dummy: bool) -> str:
     return shown + (" (random weights)" if dummy else "")
 
 
+def _column(path: Path, name: str) -> list:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=[name]).column(name).to_pylist()
+
+
 def _row(root: Path, run: str, config: Path | None) -> str:
-    import pandas as pd
 
     page = f"[{run}]({RUN_PAGES}/{run}.md)"
     what = measures(config) if config else ""
@@ -119,21 +124,19 @@ def _row(root: Path, run: str, config: Path | None) -> str:
     tables = root / "results" / run / "tables"
     pre = root / "results" / run / "preflight"
     if (tables / "measurements.parquet").is_file():
-        meas = pd.read_parquet(tables / "measurements.parquet")
-        cells = pd.read_parquet(tables / "cells.parquet")
         starts = json.loads((tables / "gpu_time.json").read_text())["engine_starts"]
-        reps = ", ".join(sorted(set(cells["replication"].dropna()))) or "–"
-        done = f"{int((meas['status'] == 'ok').sum())} of {len(meas)}"
-        models = _models(list(dict.fromkeys(meas["model"])), dummy)
+        reps = ", ".join(sorted({r for r in _column(tables / "cells.parquet", "replication") if r})) or "–"
+        status = _column(tables / "measurements.parquet", "status")
+        done = f"{status.count('ok')} of {len(status)}"
+        models = _models(list(dict.fromkeys(_column(tables / "measurements.parquet", "model"))), dummy)
         out = f"[claims](results/{run}/tables/claims.md)"
     elif (pre / "summary.json").is_file():
         summary = json.loads((pre / "summary.json").read_text())
-        report = pd.read_parquet(pre / "report.parquet")
         verdicts = ", ".join(f"{v} {k}" for k, v in summary["cells"].items())
         done = f"{sum(summary['cells'].values())} verdicts: {verdicts}"
         starts = summary["engines"].get("ok", 0) + summary["engines"].get("failed", 0)
         reps = "one pass per cell"
-        models = _models(list(dict.fromkeys(report["model"])), dummy)
+        models = _models(list(dict.fromkeys(_column(pre / "report.parquet", "model"))), dummy)
         out = f"[report](results/{run}/preflight/report.md)"
     else:
         return f"| {page} | – | {what} | not committed yet | – | – | – |"
