@@ -50,7 +50,9 @@ def test_every_committed_run_has_a_page_and_a_row():
     for run in runs:
         page = ROOT / "docs" / "runs" / f"{run}.md"
         assert page.is_file(), f"no page docs/runs/{run}.md"
-        assert f"results/{run}/" in page.read_text(), f"docs/runs/{run}.md has no generated block of its tables"
+        assert f"<!-- generated: results/{run}/" in page.read_text(), (
+            f"docs/runs/{run}.md: no generated block of its tables"
+        )
         row = next((ln for ln in summary.splitlines() if f"[{run}](docs/runs/{run}.md)" in ln), None)
         assert row and "not committed yet" not in row, run
         assert f"(results/{run}/tables/claims.md)" in row or f"(results/{run}/preflight/report.md)" in row, row
