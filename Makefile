@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.specsweep-installed
 # Every rule runs `python3` from the job's environment: the venv, as if activated.
 export PATH := $(abspath $(BIN)):$(PATH)
-# A local copy of vLLM's benchmarks/sonnet.txt (checked against the pinned sha256); empty = download it.
-SONNET ?= $(wildcard ../shared/data/sonnet.txt)
+# A local copy of vLLM's benchmarks/sonnet.txt (checked against the pinned sha256): SONNET=path, else the
+# environment's SPECSWEEP_SONNET; empty = the pipeline downloads it from the pinned commit.
+SONNET ?= $(SPECSWEEP_SONNET)
 SNAKE_CONFIG := $(if $(SONNET),--config sonnet_path=$(abspath $(SONNET)),)
 
 .PHONY: install demo test lint figures clean-demo chromium slurm shellcheck
@@ -35,7 +36,7 @@ slurm:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null; }
 
 test: $(STAMP) chromium slurm
-	SPECSWEEP_SONNET=$(abspath $(SONNET)) $(BIN)/python -m pytest -q
+	$(if $(SONNET),SPECSWEEP_SONNET=$(abspath $(SONNET)),) $(BIN)/python -m pytest -q
 
 # Debian's shellcheck, for the lint target.
 shellcheck:
@@ -50,7 +51,7 @@ lint: $(STAMP) shellcheck
 	$(BIN)/ruff check workflow/specsweep tests
 	$(BIN)/ruff format --check workflow/specsweep tests
 	$(BIN)/mypy workflow/specsweep
-	shellcheck workflow/scripts/*.sh .ci/run
+	shellcheck workflow/scripts/*.sh offline-gpu/*.sh .ci/run
 
 figures: $(STAMP)
 	$(BIN)/snakemake --profile profiles/cpu $(SNAKE_CONFIG) figures

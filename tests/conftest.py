@@ -21,10 +21,24 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
 
 
 def sonnet_path() -> Path:
+    """The corpus: the file SPECSWEEP_SONNET names, else the pipeline's pinned download (config/config.yaml's
+    url and sha256), kept under .pytest_cache/ for later sessions; skips when neither is there."""
     env = os.environ.get("SPECSWEEP_SONNET")
-    path = Path(env) if env else ROOT.parent / "shared" / "data" / "sonnet.txt"
+    if env:
+        path = Path(env)
+        if not path.is_file():
+            pytest.skip(f"no sonnet corpus at {path} (SPECSWEEP_SONNET)")
+        return path
+    path = ROOT / ".pytest_cache" / "specsweep" / "sonnet.txt"
     if not path.is_file():
-        pytest.skip(f"no local sonnet corpus at {path} (set SPECSWEEP_SONNET)")
+        from specsweep import corpus
+        from specsweep.errors import SpecsweepError
+
+        pinned = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["corpus"]
+        try:
+            corpus.fetch(pinned["url"], pinned["sha256"], path, timeout=30.0)
+        except SpecsweepError as exc:
+            pytest.skip(f"no sonnet corpus: set SPECSWEEP_SONNET, or allow the pinned download ({exc})")
     return path
 
 

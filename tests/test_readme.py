@@ -1,15 +1,80 @@
-"""The README's sentences about results are generated from the committed tables, never typed by hand."""
+"""The README is a user guide, and every number it or docs/ states about results is generated from the committed
+tables (specsweep.docs), never typed by hand."""
 
 from __future__ import annotations
 
 import re
 
 from conftest import ROOT
+from specsweep import docs
+
+#: What the repository's documentation and code never say: how the work behind it was organised.
+PROCESS = re.compile(r"issue [0-9]+|lent (gpu |h200 )?machine|device time", re.I)
 
 
-def test_readme_result_sentences_match_the_tables():
+def test_generated_blocks_match_their_sources():
+    """README.md and docs/**/*.md: each `<!-- generated: SOURCE -->` block equals its file, or what its
+    `specsweep.docs.NAME()` returns (`python -m specsweep.docs` rewrites them)."""
     text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"<!-- generated: (\S+) -->\n(.*?)\n<!-- end generated -->", text, re.S)
-    assert blocks, "the README has no generated result sentence"
-    for path, sentence in blocks:
-        assert sentence.strip() == (ROOT / path).read_text().strip(), path
+    assert docs.blocks(text), "the README has no generated block"
+    seen = 0
+    for path in docs.doc_files(ROOT):
+        for source, content in docs.blocks(path.read_text()):
+            seen += 1
+            want = docs.expected(ROOT, source)
+            assert content.strip() == want, f"{path.relative_to(ROOT)}: {source} is stale (python -m specsweep.docs)"
+    assert seen > len(docs.blocks(text)), "docs/ has no generated block"
+    assert docs.stale(ROOT) == []
+
+
+def test_readme_is_a_user_guide():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines"
+    commands = [ln.split("#")[0].strip() for ln in lines if ln.startswith("make ")]
+    assert commands[:2] == ["make demo", "make test"], commands[:2]
+    first_screen = "\n".join(lines[:30])
+    for what in ("make demo", "make test", "Install", "CPU", "GPU node", "results/", "figures/"):
+        assert what in first_screen, f"the README's first screen does not mention {what!r}"
+
+
+def test_every_committed_run_has_a_page_and_a_row():
+    """A run with committed tables (or preflight verdicts) has docs/runs/<run>.md and a row in the README's
+    generated table of committed results, which links the page and the run's claims or report."""
+    runs = sorted(
+        p.name
+        for p in (ROOT / "results").iterdir()
+        if (p / "tables" / "claims.md").is_file() or (p / "preflight" / "report.md").is_file()
+    )
+    assert runs
+    summary = docs.runs_summary(ROOT)
+    for run in runs:
+        page = ROOT / "docs" / "runs" / f"{run}.md"
+        assert page.is_file(), f"no page docs/runs/{run}.md"
+        assert f"<!-- generated: results/{run}/" in page.read_text(), (
+            f"docs/runs/{run}.md: no generated block of its tables"
+        )
+        row = next((ln for ln in summary.splitlines() if f"[{run}](docs/runs/{run}.md)" in ln), None)
+        assert row and "not committed yet" not in row, run
+        assert f"(results/{run}/tables/claims.md)" in row or f"(results/{run}/preflight/report.md)" in row, row
+    assert "<!-- generated: specsweep.docs.runs_summary() -->" in (ROOT / "README.md").read_text()
+
+
+def test_links_in_readme_and_docs_resolve():
+    for path in docs.doc_files(ROOT):
+        for target in re.findall(r"\]\(([^)#\s]+)\)", path.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            assert (path.parent / target).exists(), f"{path.relative_to(ROOT)}: broken link {target}"
+
+
+def test_no_notes_on_how_the_work_was_organised():
+    hits = []
+    for top in ("README.md", "docs", "config", "workflow"):
+        base = ROOT / top
+        for path in [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()):
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue
+            hits += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in PROCESS.finditer(text)]
+    assert hits == []

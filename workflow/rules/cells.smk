@@ -1,6 +1,6 @@
 # One job per cell repeat, with its own output path. The job asks the engine host of its (model, ladder
 # step, repeat) to measure it (spawning the host when none runs), so one engine serves the adjacent cells
-# of the schedule; the job writes the cell. See README, "Engine reuse".
+# of the schedule; the job writes the cell. See docs/design.md, "Engine reuse".
 rule measure:
     input:
         # ancient: a workload or model folder rebuilt (a fresh checkout, another machine) must not re-measure

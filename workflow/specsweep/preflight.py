@@ -1,4 +1,4 @@
-"""Preflight: every cell of a config tried before any weight is downloaded (issue 11).
+"""Preflight: every cell of a config tried before any weight is downloaded.
 
 `snakemake preflight --configfile config/preflight.yaml` runs each cell once (repeat 1) on the engine of
 its (model, ladder step), with the config's own engine settings and whatever weights the config names

@@ -53,7 +53,8 @@ CODE_GLOBS = ("Snakefile", "workflow/rules/*.smk", "workflow/specsweep/*.py", "w
 def code_state(root: Path | None = None) -> dict[str, Any]:
     """A hash of the pipeline's own code as it is on disk (CODE_GLOBS: each file's path and content hash):
     the code a cell ran, also where the checkout's .git says something else (a copy of a working tree beside
-    an older .git, as on the lent GPU machine) or is absent. `specsweep code-hash` prints it for a checkout."""
+    an older .git, as on an offline GPU machine that gets the tree by copy) or is absent. `specsweep
+    code-hash` prints it for a checkout."""
     import hashlib
 
     root = root or Path(__file__).resolve().parents[2]

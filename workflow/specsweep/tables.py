@@ -246,7 +246,7 @@ def comparable(doc: dict[str, Any], levers: tuple[set[str], set[str]] | None = N
         "model_manifest_sha256": doc["model_info"].get("manifest_sha256"),
         "weights": s["model"].get("weights", "real"),  # never pair dummy (random) weights with real ones
         "prompt_format": doc["model_info"]["prompt_format"],
-        # one machine in one boot: the same GPU model on another lease ran 6 % slower (README, "Measured");
+        # one machine in one boot: the same GPU model in another boot ran several % slower (docs/design.md);
         # None for cells from before it was recorded
         "machine_boot_id": (prov.get("machine") or {}).get("boot_id"),
     }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Device side (the lent H200 machine: Python 3.12, no network). Installs Snakemake and whatever else the
-# specsweep workflow lacks there from carried wheel folders into /tmp/site, the folder that
-# shared/device/install-vllm.sh installs vLLM and its deps into, then checks the result.
+# An offline GPU machine (Python 3.12, no network; README.md here). Installs Snakemake and whatever else the
+# specsweep workflow lacks there from carried wheel folders into /tmp/site, the folder that vLLM and its deps
+# were installed into (by an install-vllm.sh that is not part of this repository), then checks the result.
 #
-#   bash workflow/scripts/device-install-workflow.sh WHEEL_DIR...
-#   e.g. bash workflow/scripts/device-install-workflow.sh .device/snakemake-wheels .device/specsweep-wheels
+#   bash offline-gpu/device-install-workflow.sh WHEEL_DIR...
+#   e.g. bash offline-gpu/device-install-workflow.sh .device/snakemake-wheels .device/specsweep-wheels
 #
 # Run it after install-vllm.sh: Snakemake's jsonschema, referencing, rpds-py, jsonschema-specifications,
 # pydantic, pydantic-core, annotated-types and typing-inspection come from vLLM's deps/ folder; pyyaml, jinja2,

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Device side (the lent GPU machine, after .device/install-vllm.sh): installs Snakemake from carried wheels,
-# reassembles the SmolLM2 GGUF from stashed pieces, then runs Snakemake itself with the arguments given,
+# An offline GPU machine (README.md here; vLLM already installed in /tmp/site): installs Snakemake from carried
+# wheels, reassembles the SmolLM2 GGUF from stashed pieces, then runs Snakemake itself with the arguments given,
 # stopping it before the call's time limit (a later call resumes by existence), and packs the run's results,
 # logs and benchmarks into $OUT/results.tar.gz.
 #
-#   bash workflow/scripts/device-run.sh BUDGET_S RUN SNAKEMAKE_ARG...
+#   bash offline-gpu/device-run.sh BUDGET_S RUN SNAKEMAKE_ARG...
 set -uo pipefail
 budget=$1 run=$2
 shift 2
 # shellcheck source=/dev/null
 . /tmp/site/env.sh
 if ! python3 -c "import snakemake" 2>/dev/null; then
-  bash workflow/scripts/device-install-workflow.sh .device/snakemake-wheels >/dev/null || exit 1
+  bash offline-gpu/device-install-workflow.sh .device/snakemake-wheels >/dev/null || exit 1
 fi
 # the SmolLM2 GGUF (the real model and the dummy models' tokenizer), when its pieces were stashed; runs of
 # dummy models whose tokenizer is carried (resources/tokenizers/) need none
@@ -26,7 +26,7 @@ fi
 export PYTHONPATH=$PWD/workflow:$PYTHONPATH SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
 # the workload files and model folders first, in a Snakemake run of their own (`snakemake prepare`): they are
 # not in the working tree this machine got, and made in the same run as the cells they would re-measure
-# every cell already there (README, "Resuming a run elsewhere")
+# every cell already there (docs/design.md, "Resuming a run elsewhere")
 prep=() take=0
 for a in "$@"; do
   case $a in

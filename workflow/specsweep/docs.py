@@ -1,0 +1,193 @@
+"""The documentation's generated parts, never typed by hand.
+
+A Markdown file (README.md, docs/**/*.md) holds generated blocks:
+
+    <!-- generated: results/h200-shapes/tables/readme.md -->
+    ...the file's text...
+    <!-- end generated -->
+
+    <!-- generated: specsweep.docs.runs_summary() -->
+    ...what the function returns for the repository root...
+    <!-- end generated -->
+
+`python -m specsweep.docs` rewrites every block from its source; `--check` only lists the stale ones (exit 1);
+tests/test_readme.py fails on any. The README's table of committed runs is `runs_summary`: one row per page
+in docs/runs/, its numbers read from the run's committed tables (a page whose run has no committed tables
+yet gets a row that says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from . import claims, stats
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(\n<!-- end generated -->)", re.S)
+RUN_PAGES = "docs/runs"
+#: Run pages that are not runs.
+NOT_RUNS = ("README",)
+#: Above this many models a row names the count, not the list.
+MAX_NAMED_MODELS = 4
+
+
+def doc_files(root: Path = ROOT) -> list[Path]:
+    """The files whose generated blocks are kept in sync: README.md and every Markdown file under docs/."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(source, content) of each generated block of a Markdown text."""
+    return [(m.group(2), m.group(3)) for m in BLOCK.finditer(text)]
+
+
+def expected(root: Path, source: str) -> str:
+    """What a block of this source holds: the file's text, or what `specsweep.docs.NAME()` returns."""
+    if source.startswith("specsweep.docs.") and source.endswith("()"):
+        fn: Callable[[Path], str] = GENERATORS[source[len("specsweep.docs.") : -2]]
+        return fn(root).strip()
+    return (root / source).read_text().strip()
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """`file: source` for each generated block whose content differs from its source."""
+    out = []
+    for path in doc_files(root):
+        for source, content in blocks(path.read_text()):
+            if content.strip() != expected(root, source):
+                out.append(f"{path.relative_to(root)}: {source}")
+    return out
+
+
+def refresh(root: Path = ROOT) -> list[Path]:
+    """Rewrite every generated block from its source; the files changed."""
+    changed = []
+    for path in doc_files(root):
+        text = path.read_text()
+        new = BLOCK.sub(lambda m: m.group(1) + expected(root, m.group(2)) + m.group(4), text)
+        if new != text:
+            path.write_text(new)
+            changed.append(path)
+    return changed
+
+
+# ------------------------------------------------------------------------------------------- generators
+def run_configs(root: Path = ROOT) -> dict[str, Path]:
+    """Run name -> the config file under config/ that names it (`run:`)."""
+    out: dict[str, Path] = {}
+    for path in sorted((root / "config").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if isinstance(doc, dict) and isinstance(doc.get("run"), str):
+            out.setdefault(doc["run"], path)
+    return out
+
+
+def measures(config: Path) -> str:
+    """What a run measures: its config header's first clause (the comment up to its first colon)."""
+    header = []
+    for line in config.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        header.append(line.lstrip("#").strip())
+    text = " ".join(header)
+    return text.split(": ", 1)[0].rstrip(".") if text else ""
+
+
+def _pages(root: Path) -> list[str]:
+    return sorted(p.stem for p in (root / RUN_PAGES).glob("*.md") if p.stem not in NOT_RUNS)
+
+
+def _models(names: list[str], dummy: bool) -> str:
+    shown = ", ".join(names) if len(names) <= MAX_NAMED_MODELS else f"{len(names)} models"
+    return shown + (" (random weights)" if dummy else "")
+
+
+def _column(path: Path, name: str) -> list:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=[name]).column(name).to_pylist()
+
+
+def _row(root: Path, run: str, config: Path | None) -> str:
+
+    page = f"[{run}]({RUN_PAGES}/{run}.md)"
+    what = measures(config) if config else ""
+    cfg = yaml.safe_load(config.read_text()) if config else {}
+    dummy = bool(cfg.get("models")) and all(m.get("weights") == "dummy" for m in cfg["models"])
+    tables = root / "results" / run / "tables"
+    pre = root / "results" / run / "preflight"
+    if (tables / "measurements.parquet").is_file():
+        starts = json.loads((tables / "gpu_time.json").read_text())["engine_starts"]
+        reps = ", ".join(sorted({r for r in _column(tables / "cells.parquet", "replication") if r})) or "–"
+        status = _column(tables / "measurements.parquet", "status")
+        done = f"{status.count('ok')} of {len(status)}"
+        models = _models(list(dict.fromkeys(_column(tables / "measurements.parquet", "model"))), dummy)
+        out = f"[claims](results/{run}/tables/claims.md)"
+    elif (pre / "summary.json").is_file():
+        summary = json.loads((pre / "summary.json").read_text())
+        verdicts = ", ".join(f"{v} {k}" for k, v in summary["cells"].items())
+        done = f"{sum(summary['cells'].values())} verdicts: {verdicts}"
+        starts = summary["engines"].get("ok", 0) + summary["engines"].get("failed", 0)
+        reps = "one pass per cell"
+        models = _models(list(dict.fromkeys(_column(pre / "report.parquet", "model"))), dummy)
+        out = f"[report](results/{run}/preflight/report.md)"
+    else:
+        return f"| {page} | – | {what} | not committed yet | – | – | – |"
+    return f"| {page} | {models} | {what} | {done} | {starts} | {reps} | {out} |"
+
+
+def runs_summary(root: Path = ROOT) -> str:
+    """The README's table of committed runs: one row per page in docs/runs/."""
+    configs = run_configs(root)
+    rows = [_row(root, run, configs.get(run)) for run in _pages(root)]
+    head = [
+        "| run | model(s) | what it measures | measurements | engine starts | a cell's repeats are | decided |",
+        "|---|---|---|---|---:|---|---|",
+    ]
+    return "\n".join(head + rows)
+
+
+def verdict_rule(root: Path = ROOT) -> str:
+    """The tables' verdict rule, as `specsweep.stats.VERDICT_RULE` states it."""
+    return stats.VERDICT_RULE
+
+
+def claim_rules(root: Path = ROOT) -> str:
+    """The claims and the rule that decides each, as `specsweep.claims` states them."""
+    rows = ["| id | claim | rule |", "|---|---|---|"]
+    rows += [f"| {cid} | {claims.LABELS[cid]} | {claims.RULES[cid]} |" for cid in claims.RULES]
+    c9 = " ".join((claims.decide_c9.__doc__ or "").split(":", 1)[-1].split())
+    rows.append(f"| C9 | {claims.C9_LABEL} | {c9} |")
+    return "\n".join(rows)
+
+
+GENERATORS: dict[str, Callable[[Path], str]] = {
+    "runs_summary": runs_summary,
+    "verdict_rule": verdict_rule,
+    "claim_rules": claim_rules,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specsweep.docs", description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="list the stale generated blocks; exit 1 if any")
+    args = ap.parse_args(argv)
+    if args.check:
+        bad = stale()
+        for line in bad:
+            print(f"stale: {line}")
+        return 1 if bad else 0
+    for path in refresh():
+        print(f"rewrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
