@@ -19,7 +19,7 @@ import yaml
 
 from conftest import ROOT, set_key, snakemake
 from specsweep import cells, cli, slots
-from specsweep.config import MAX_NODES, build_study, load_study
+from specsweep.config import build_study, load_study
 from specsweep.errors import MAX_MESSAGE, SpecsweepError
 from specsweep.jsonio import sha256_obj
 from specsweep.preflight_checks import (
@@ -28,6 +28,7 @@ from specsweep.preflight_checks import (
     check_prompt_lengths,
     check_workload_current,
 )
+from specsweep.safeyaml import MAX_NODES
 from specsweep.workloads import CODE_FUNCTIONS
 
 #: A small study written out in full (the shipped profiles change; these cases must not move with them).

@@ -21,7 +21,7 @@ import copy  # noqa: E402
 
 import yaml  # noqa: E402
 
-from specsweep.config import check_config_files  # noqa: E402
+from specsweep.safeyaml import check_config_files  # noqa: E402
 from specsweep.slurm import check_snakemake_run  # noqa: E402
 from specsweep.jobenv import cli_command, interpreter_note  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402

@@ -34,7 +34,7 @@ from .errors import SpecsweepError
 
 
 def _overrides(items: Sequence[str] | None) -> dict[str, Any]:
-    from .config import parse_yaml
+    from .safeyaml import parse_yaml
 
     out: dict[str, Any] = {}
     for item in items or ():
