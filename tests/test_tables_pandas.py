@@ -1,4 +1,4 @@
-"""pandas where users are (issue 12, item 6): `pd.read_parquet` on the tables of the committed H200 cells gives
+"""pandas where users are: `pd.read_parquet` on the tables of the committed H200 cells gives
 each column the type the tables mean (counts stay integers when some are missing, booleans stay booleans)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Engine reuse: a small host process keeps one vLLM engine alive for the cells of one (model, ladder step,
 repeat); each cell is still its own Snakemake job, which asks the host to measure it and writes the result.
 
-Why this design (see README, "Engine reuse"): a cell stays one job with its own output path, so
+Why this design (see docs/design.md, "Engine reuse"): a cell stays one job with its own output path, so
 `snakemake <path> --force` re-measures exactly that cell and a kill loses nothing but the cell in flight;
 the engine start (import, weights, compile, graphs) is paid once per engine instead of once per cell, as
 vLLM's own `vllm bench sweep` pays one server start per serve configuration for all its bench runs.
