@@ -24,6 +24,7 @@ import yaml  # noqa: E402
 from specsweep.safeyaml import check_config_files  # noqa: E402
 from specsweep.slurm import check_snakemake_run  # noqa: E402
 from specsweep.jobenv import cli_command, interpreter_note  # noqa: E402
+from specsweep.slots import export_slot_limit, slot_pool  # noqa: E402
 from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
 # Snakemake has already read each config file itself (JSON, else YAML through YTE, which evaluates a file
@@ -103,12 +104,27 @@ FETCHED_MODELS = [m.name for m in STUDY.models.values() if m.revision]
 
 
 SCHEDULE = STUDY.schedule()
+# The cell jobs' engine hosts hold at most as many slots (GPUs; virtual on the CPU) as granted: see
+# specsweep/slots.py and docs/scheduling.md.
+export_slot_limit(_granted_gpus())
+
+
+def _lanes() -> int:
+    """How many engines can be alive at once: the slots granted over the largest TP (CPU: the virtual slots)."""
+    if STUDY.device != "gpu":
+        return slot_pool("cpu").limit
+    tp = max(m.tp for m in STUDY.models.values())
+    return max(1, (_granted_gpus() or 1) // tp)
+
+
 # Snakemake runs the highest priority first: the schedule's order (Study.engine_order: in rounds, repeat r of
 # every ladder step before repeat r + 1 of any, a model's steps in a seeded order rotated per round; the cells of
-# one engine adjacent); one job at a time (the profiles' --cores 1) keeps to it exactly.
+# one engine adjacent); one job at a time (the profiles' --cores 1) keeps to it exactly. With N lanes (engines
+# alive at once), the cells of N engines take turns (Study.lane_schedule), so that jobs started together are of
+# different engines.
 PRIORITY = {
     (c.model, c.workload, c.config, r): len(SCHEDULE) - i
-    for i, (c, r) in enumerate(SCHEDULE)
+    for i, (c, r) in enumerate(STUDY.lane_schedule(_lanes()))
 }
 
 # Inputs (corpus, workloads, models) before any cell: a cell must never wait on the next workload's file
@@ -266,7 +282,8 @@ def model_arg(wildcards) -> str:
 
 
 def cell_gpus(wildcards) -> int:
-    return STUDY.models[wildcards.model].tp if STUDY.device == "gpu" else 0
+    """A cell's `gpu` resource: its model's TP on a GPU node, one virtual slot on the CPU."""
+    return STUDY.models[wildcards.model].tp if STUDY.device == "gpu" else 1
 
 
 def cell_settings_hash(wildcards) -> str:

@@ -246,17 +246,6 @@ def cmd_preflight_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_preflight_plan(args: argparse.Namespace) -> int:
-    from . import preflight
-
-    lanes = preflight.plan(_study(args), args.gpus)
-    if not 0 <= args.lane < len(lanes):
-        raise SpecsweepError(f"preflight-plan: --lane {args.lane}: there are lanes 0..{len(lanes) - 1}")
-    for path in lanes[args.lane]:
-        print(path)
-    return 0
-
-
 def cmd_engines(args: argparse.Namespace) -> int:
     from . import enginehost
 
@@ -266,7 +255,11 @@ def cmd_engines(args: argparse.Namespace) -> int:
         print(f"stopped {len(stopped)} engine host(s)" + (f": {', '.join(stopped)}" if stopped else ""))
     elif d:
         for key, rec in enginehost.live_hosts(d, prune=False).items():
-            print(f"{key} pid {rec['pid']} since {rec['spawned_at']:.0f} run {rec.get('run')} log {rec.get('log')}")
+            slots = ",".join(rec.get("slots") or []) or "?"
+            print(
+                f"{key} pid {rec['pid']} since {rec['spawned_at']:.0f} run {rec.get('run')} slots {slots} "
+                f"in use {enginehost.in_use(d, key)} log {rec.get('log')}"
+            )
     return 0
 
 
@@ -523,9 +516,6 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--watch-pid", type=int)
     sp = add("preflight-report", cmd_preflight_report, "the preflight verdicts of a run as one table")
     sp.add_argument("--results", default="results")
-    sp = add("preflight-plan", cmd_preflight_plan, "the preflight cells split into lanes that run at once")
-    sp.add_argument("--gpus", type=int, required=True, help="the node's GPUs: one lane each")
-    sp.add_argument("--lane", type=int, required=True, help="0: cells refused from the config alone; 1..gpus")
     sp = sub.add_parser("code-hash", help="the hash of this checkout's pipeline code (a cell's provenance.code.sha256)")
     sp.add_argument("--root", help="a checkout's root (default: this package's)")
     sp.set_defaults(func=cmd_code_hash)

@@ -144,6 +144,12 @@ class Study:
         are passes on one engine (reset between passes), for engines too costly to start per repeat."""
         return bool(self.raw["engine_per_repeat"])
 
+    @property
+    def side_by_side(self) -> bool:
+        """Whether cells of different engines may measure at once (config key `side_by_side`, default false:
+        one measurement at a time in an engine folder, the engines of other slots staying alive)."""
+        return bool(self.raw.get("side_by_side", False))
+
     def engine_repeat(self, repeat: int) -> int:
         """The repeat that names a cell repeat's engine: its own, or 0 when all repeats share one engine."""
         return repeat if self.engine_per_repeat else 0
@@ -207,6 +213,25 @@ class Study:
             repeats = [r] if r else list(range(1, self.repeats + 1))
             order += [(cell, rr) for rr in repeats for cell in cells]
         return order
+
+    def lane_schedule(self, lanes: int) -> list[tuple[Cell, int]]:
+        """The schedule for `lanes` engines alive at once (Snakemake's `--resources gpu=N` over the models'
+        TP): the engines of `schedule` taken `lanes` at a time, their cells in turn (the first cell of each,
+        then the second of each, ...), so that the jobs Snakemake starts together are of different engines and
+        each engine keeps its slot for its cells. One lane is `schedule` itself."""
+        order = self.schedule()
+        if lanes <= 1:
+            return order
+        by_engine: dict[tuple[str, str, int], list[tuple[Cell, int]]] = {}
+        for cell, r in order:
+            by_engine.setdefault((cell.model, cell.config, self.engine_repeat(r)), []).append((cell, r))
+        engines = list(by_engine.values())
+        out: list[tuple[Cell, int]] = []
+        for i in range(0, len(engines), lanes):
+            chunk = engines[i : i + lanes]
+            for j in range(max(map(len, chunk))):
+                out += [cells[j] for cells in chunk if j < len(cells)]
+        return out
 
     def schedule_record(self, cell: Cell, repeat: int) -> dict[str, Any]:
         """What a cell records of the schedule: the seed, its engine's place among the run's engine starts

@@ -21,12 +21,21 @@ records and sockets, and a process is signalled only when it provably is a host 
 spawned with a random token that its record holds and that its command line (/proc/<pid>/cmdline, same
 user) and its ping reply repeat.
 
-At most one engine of a run lives per engine folder at a time: a cell whose engine is not running first
-stops the other hosts of its run (their GPUs and memory are needed), then spawns its own. Hosts are owned
-by the Snakemake process whose jobs spawned them (`run_id`): the workflow's onsuccess/onerror stop only
-those, so `snakemake figures` or a run of another config in the same folder never touches them. Cells
-that run one after another (the default profile, ordered so that cells of one engine are adjacent) reuse a
-host; cells run in parallel with different engines stay correct but lose the reuse.
+Hosts are keyed by the slots they hold (GPUs; on the CPU, virtual slots: slots.slot_pool). A host records its
+slots and is pinned to them (CUDA_VISIBLE_DEVICES, through the node's GPU lock files) and to a CPU set of its
+own (os.sched_setaffinity: the allowed CPUs cut into one part per slot). A cell whose engine is not running
+takes free slots, and when none are free (or the run already holds as many as Snakemake grants), stops idle
+hosts of its run, the least recently used first, holding the slots it needs, and only those: a host in use
+(a cell job holds a shared lock on its `<key>.use` file from the moment it picks the host until its reply, so
+also while waiting for it) is never stopped; the cell waits for a slot instead. So `snakemake --cores N
+--resources gpu=N` keeps up to N engines alive, each for its cells. Hosts are owned by the Snakemake process
+whose jobs spawned them (`run_id`): the workflow's onsuccess/onerror stop only those, so `snakemake figures`
+or a run of another config in the same folder never touches them.
+
+Cells measure one at a time (a host holds the folder's `measure.lock` during its measurement) unless the
+config's `side_by_side` is true; either way every measurement and engine start is journalled (append-only
+`activity.jsonl`), and a cell records what ran beside it (`beside`: the other cells measured and engines
+started during its timed pass). See docs/scheduling.md.
 """
 
 from __future__ import annotations
@@ -51,7 +60,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from .errors import EngineStartError, SpecsweepError
-from .slots import env_seconds
+from .slots import SlotPool, env_seconds, slot_timeout_s
 
 DEFAULT_IDLE_S = 300.0
 DEFAULT_START_TIMEOUT_S = 3600.0
@@ -68,6 +77,13 @@ TOKEN = re.compile(r"[0-9a-f]{32}")
 MAX_RECORD_BYTES = 64 * 1024
 #: How long a starting host (no socket yet) gets after SIGTERM before SIGKILL.
 TERM_GRACE_S = 10.0
+#: The folder's lock of measurements (one at a time unless side_by_side) and its journal of activity.
+MEASURE_LOCK = "measure.lock"
+ACTIVITY = "activity.jsonl"
+#: How much of the journal's end is read for what ran beside a measurement.
+MAX_ACTIVITY_READ = 1 << 20
+#: How often a cell waiting for a slot (or for a stale host's other users) looks again.
+SLOT_POLL_S = 0.5
 #: What an error about the default engine folder tells to change.
 DEFAULT_CULPRIT = "TMPDIR (or SPECSWEEP_ENGINE_DIR)"
 
@@ -193,10 +209,12 @@ def _check_folder(d: Path, culprit: str, create: bool) -> None:
 
 
 def _ours(name: str) -> bool:
-    """A name specsweep gives the files of an engine folder: the lock, a host's record, socket, failure
-    memo or log."""
+    """A name specsweep gives the files of an engine folder: the locks, the journal, a host's record, socket,
+    use lock, failure memo or log."""
     stem, _, ext = name.partition(".")
-    return name == "manager.lock" or (bool(KEY.fullmatch(stem)) and ext in ("json", "sock", "failed", "log"))
+    if name in ("manager.lock", MEASURE_LOCK, ACTIVITY):
+        return True
+    return bool(KEY.fullmatch(stem)) and ext in ("json", "sock", "failed", "log", "use")
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -539,114 +557,285 @@ def _yours(rec: dict[str, Any], run: str | None, run_id: int | None) -> bool:
     return owner == run_id or owner is None or not _pid_alive(owner)
 
 
+# ------------------------------------------------------------------------------------------------ slots
+
+
+def _use_path(d: Path, key: str) -> Path:
+    return d / f"{key}.use"
+
+
+def _open_use(d: Path, key: str) -> int:
+    return os.open(_use_path(d, key), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+
+
+def _hold_use(d: Path, key: str) -> int:
+    """Mark the host of `key` in use by this cell job (a shared lock, held until the job has its reply; the
+    file's time says when it was last picked). Taken under the manager lock, so no one stops it in between."""
+    fd = _open_use(d, key)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    os.utime(fd)
+    return fd
+
+
+def in_use(d: Path, key: str) -> bool:
+    """A cell job has picked the host of `key` and not yet had its reply (measuring, or waiting for it)."""
+    fd = _open_use(d, key)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _last_used(d: Path, key: str) -> float:
+    try:
+        return os.lstat(_use_path(d, key)).st_mtime
+    except OSError:
+        return 0.0
+
+
+def host_slots(rec: dict[str, Any], pool: SlotPool) -> list[str]:
+    """The slots a host record holds (a record without them, from an older specsweep: the whole pool)."""
+    held = rec.get("slots")
+    if isinstance(held, list) and held and all(isinstance(x, str) for x in held):
+        return held
+    return list(pool.ids)
+
+
+def plan_slots(
+    hosts: dict[str, dict[str, Any]], pool: SlotPool, need: int, idle: list[str]
+) -> tuple[list[str], list[str]] | None:
+    """The slots for a new host needing `need` of them, and the hosts to stop first: none while enough are
+    free within the pool's limit, else the fewest of `idle` (the idle hosts this cell may stop, least
+    recently used first) in their order. None when even stopping them all would not free enough."""
+    held = {slot: key for key, rec in hosts.items() for slot in host_slots(rec, pool) if slot in pool.ids}
+    stop: list[str] = []
+    for victim in [None, *idle]:
+        if victim is not None:
+            stop.append(victim)
+        taken = {slot for slot, key in held.items() if key not in stop}
+        free = [slot for slot in pool.ids if slot not in taken]
+        if len(free) >= need and len(taken) + need <= pool.limit:
+            return free[:need], stop
+    return None
+
+
+def _holders(hosts: dict[str, dict[str, Any]], pool: SlotPool) -> str:
+    return "; ".join(f"engine {k} (pid {r.get('pid')}) holds {','.join(host_slots(r, pool))}" for k, r in hosts.items())
+
+
+@contextmanager
+def use_host(
+    key: str,
+    argv: list[str],
+    log_path: Path,
+    d: Path,
+    pool: SlotPool,
+    need: int = 1,
+    run_id: int | None = None,
+    run: str | None = None,
+    replace: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """The running host for `key` (spawned on free slots when there is none), marked in use by this job for
+    the life of the block: no other job stops it meanwhile. Yields {"spawned", "spawned_at", "pid", "slots",
+    "cpus"}. See ensure_host."""
+    info, fd = ensure_host(key, argv, log_path, d, pool, need, run_id, run, replace)
+    try:
+        yield info
+    finally:
+        os.close(fd)
+
+
 def ensure_host(
     key: str,
     argv: list[str],
     log_path: Path,
     d: Path,
+    pool: SlotPool,
+    need: int = 1,
     run_id: int | None = None,
     run: str | None = None,
     replace: bool = False,
-) -> dict[str, Any]:
-    """The running host for `key`, spawned (after stopping the other hosts of the same run) when there is
-    none. Returns {"spawned": bool, "spawned_at": epoch, "pid": int}.
+) -> tuple[dict[str, Any], int]:
+    """The running host for `key`, spawned when there is none on `need` slots of `pool` (stopping idle hosts
+    of the same run that hold slots it needs, never one in use; waiting up to SPECSWEEP_SLOT_TIMEOUT_S for
+    slots when every holder is in use), and the descriptor of this job's use lock on it (close it when done).
 
     An engine whose start failed is not started again by the same workflow run (`run_id`: the scheduler's
     pid): its other cells fail at once with the same message (a preflight of a cell that cannot start costs
     one start, not one per workload). A new run tries again. An interrupt (Ctrl-C) during the start ends the
     starting host before it propagates. `replace`: the running host of `key` refused a cell as started for
-    other settings (StaleHostError): stop it and spawn a new one."""
+    other settings (StaleHostError): stop it (once no other job uses it) and spawn a new one."""
     check_knobs()
     timeout = start_timeout_s()
-    with _manager_lock(d):
-        memo = _failed(d, key)
-        if run_id is not None:
-            text = _read_private(memo)
-            try:
-                rec = json.loads(text) if text is not None else {}
-            except ValueError:
-                rec = {}
-            if isinstance(rec, dict) and rec.get("run_id") == run_id:
-                again = "not retried in this run: "
-                raise EngineStartError(again + str(rec.get("message")), again + str(rec.get("reason")))
-        hosts = live_hosts(d)
-        if replace and key in hosts:
-            stop_host(d, key)
-            del hosts[key]
-        if key in hosts:
-            rec = hosts[key]
-            if rec.get("run_id") != run_id and _yours(rec, run, run_id):  # take over a killed run's host
-                _write_private(_record(d, key), json.dumps(rec | {"run_id": run_id}))
-            # a host still starting its engine (spawned by a job that was killed) has no socket yet: wait for it
-            deadline = time.monotonic() + timeout
-            while not _sock(d, key).exists() and time.monotonic() < deadline:
-                if not is_host(rec):
-                    reason = _last_line(Path(rec.get("log") or d / "none"))
-                    raise EngineStartError(
-                        f"engine {key}: the engine host (pid {rec.get('pid')}) exited before it was ready: {reason}",
-                        reason,
-                    )
-                time.sleep(0.2)
-            return {"spawned": False, "spawned_at": rec.get("spawned_at"), "pid": rec["pid"]}
-        for other, rec in hosts.items():
-            if _yours(rec, run, run_id):
-                stop_host(d, other)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        token = secrets.token_hex(16)
-        spawned_at = time.time()
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [*argv, "--token", token],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-                env=_host_env(),
-            )
-        rec = {
-            "format": RECORD_FORMAT,
-            "key": key,
-            "pid": proc.pid,
-            "token": token,
-            "spawned_at": spawned_at,
-            "log": str(log_path),
-            "run": run,
-            "run_id": run_id,
-        }
-        try:
-            _write_private(_record(d, key), json.dumps(rec))
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    _remove_host_files(d, key)
-                    reason = _last_line(log_path)
-                    message = (
-                        f"engine {key}: the engine host exited with code {proc.returncode} before it "
-                        f"was ready: {reason} (log: {log_path})"
-                    )
-                    if run_id is not None:
-                        _write_private(memo, json.dumps({"run_id": run_id, "message": message, "reason": reason}))
-                    raise EngineStartError(message, reason)
-                if _sock(d, key).exists():
-                    answer = ping(_sock(d, key))
-                    if answer and answer.get("token") == token:
-                        return {"spawned": True, "spawned_at": spawned_at, "pid": proc.pid}
-                time.sleep(0.2)
-        except BaseException as exc:
-            if proc.poll() is None:
-                _end_child(proc)
-                _remove_host_files(d, key)
-                if isinstance(exc, KeyboardInterrupt):
-                    raise KeyboardInterrupt(
-                        f"engine {key}: interrupted during the engine start; its host (pid {proc.pid}) was ended"
-                    ) from None
-            raise
-        _end_child(proc)
-        _remove_host_files(d, key)
+    if need > pool.limit:
         raise SpecsweepError(
-            f"engine {key}: not ready after {timeout:g} s (SPECSWEEP_ENGINE_START_TIMEOUT_S; log: {log_path})"
+            f"engine {key}: needs {need} slot(s), the engine hosts may hold {pool.limit} "
+            f"({pool.kind}: {','.join(pool.ids) or 'none'}; --resources gpu=N grants them)"
         )
+    wait_deadline = time.monotonic() + slot_timeout_s()
+    proc: subprocess.Popen[bytes] | None = None
+    while True:
+        with _manager_lock(d):
+            _check_memo(d, key, run_id)
+            hosts = live_hosts(d)
+            if replace and key in hosts and not in_use(d, key):
+                stop_host(d, key)
+                del hosts[key]
+                replace = False
+            if key in hosts and not replace:
+                rec = hosts[key]
+                if rec.get("run_id") != run_id and _yours(rec, run, run_id):  # take over a killed run's host
+                    _write_private(_record(d, key), json.dumps(rec | {"run_id": run_id}))
+                fd = _hold_use(d, key)
+                break
+            idle = [k for k in hosts if k != key and _yours(hosts[k], run, run_id) and not in_use(d, k)]
+            plan = None if replace else plan_slots(hosts, pool, need, sorted(idle, key=lambda k: _last_used(d, k)))
+            if plan is not None:
+                chosen, stop = plan
+                for other in stop:
+                    stop_host(d, other)
+                fd = _hold_use(d, key)
+                try:  # launched under the lock; its engine starts outside it (other engines start meanwhile)
+                    proc, rec = _launch(key, argv, log_path, d, pool, chosen, run_id, run)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                break
+        if time.monotonic() > wait_deadline:
+            raise SpecsweepError(
+                f"engine {key}: no {need} free slot(s) of {','.join(pool.ids)} (at most {pool.limit} held) after "
+                f"{slot_timeout_s():g} s (SPECSWEEP_SLOT_TIMEOUT_S): {_holders(hosts, pool) or 'none held'}, in use"
+            )
+        time.sleep(SLOT_POLL_S)
+    if proc is not None:
+        try:
+            return _await_ready(proc, rec, d, run_id, timeout), fd
+        except BaseException:
+            os.close(fd)
+            raise
+    # an existing host: one still starting its engine (spawned by another job) has no socket yet: wait for it
+    try:
+        deadline = time.monotonic() + timeout
+        while not _sock(d, key).exists() and time.monotonic() < deadline:
+            if not is_host(rec):
+                reason = _last_line(Path(rec.get("log") or d / "none"))
+                raise EngineStartError(
+                    f"engine {key}: the engine host (pid {rec.get('pid')}) exited before it was ready: {reason}",
+                    reason,
+                )
+            time.sleep(0.2)
+    except BaseException:
+        os.close(fd)
+        raise
+    info = {"spawned": False, "spawned_at": rec.get("spawned_at"), "pid": rec["pid"]}
+    return info | {"slots": rec.get("slots"), "cpus": rec.get("cpus")}, fd
+
+
+def _check_memo(d: Path, key: str, run_id: int | None) -> None:
+    """An engine whose start failed in this run (`run_id`) is not started again: its message, at once."""
+    if run_id is None:
+        return
+    text = _read_private(_failed(d, key))
+    try:
+        rec = json.loads(text) if text is not None else {}
+    except ValueError:
+        rec = {}
+    if isinstance(rec, dict) and rec.get("run_id") == run_id:
+        again = "not retried in this run: "
+        raise EngineStartError(again + str(rec.get("message")), again + str(rec.get("reason")))
+
+
+def _launch(
+    key: str,
+    argv: list[str],
+    log_path: Path,
+    d: Path,
+    pool: SlotPool,
+    chosen: list[str],
+    run_id: int | None,
+    run: str | None,
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """Spawn the host of `key` on slots `chosen` (SPECSWEEP_HOST_SLOTS: it takes exactly those), pinned to
+    their CPU set, and write its record."""
+    cpus = pool.cpus(chosen)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(16)
+    spawned_at = time.time()
+    env = _host_env() | {"SPECSWEEP_HOST_SLOTS": ",".join(chosen)}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [*argv, "--token", token],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+            preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+        )
+    rec = {
+        "format": RECORD_FORMAT,
+        "key": key,
+        "pid": proc.pid,
+        "token": token,
+        "spawned_at": spawned_at,
+        "log": str(log_path),
+        "run": run,
+        "run_id": run_id,
+        "slots": chosen,
+        "slot_kind": pool.kind,
+        "cpus": cpus,
+    }
+    try:
+        _write_private(_record(d, key), json.dumps(rec))
+    except BaseException:
+        _end_child(proc)
+        raise
+    return proc, rec
+
+
+def _await_ready(
+    proc: subprocess.Popen[bytes], rec: dict[str, Any], d: Path, run_id: int | None, timeout: float
+) -> dict[str, Any]:
+    """Wait until the host spawned answers with its token; a host that exits first fails the cell (and is
+    remembered for this run), an interrupt ends it."""
+    key, log_path = rec["key"], Path(rec["log"])
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                _remove_host_files(d, key)
+                reason = _last_line(log_path)
+                message = (
+                    f"engine {key}: the engine host exited with code {proc.returncode} before it "
+                    f"was ready: {reason} (log: {log_path})"
+                )
+                if run_id is not None:
+                    memo = {"run_id": run_id, "message": message, "reason": reason}
+                    _write_private(_failed(d, key), json.dumps(memo))
+                raise EngineStartError(message, reason)
+            if _sock(d, key).exists():
+                answer = ping(_sock(d, key))
+                if answer and answer.get("token") == rec["token"]:
+                    return {k: rec[k] for k in ("spawned_at", "pid", "slots", "cpus")} | {"spawned": True}
+            time.sleep(0.2)
+    except BaseException as exc:
+        if proc.poll() is None:
+            _end_child(proc)
+            _remove_host_files(d, key)
+            if isinstance(exc, KeyboardInterrupt):
+                raise KeyboardInterrupt(
+                    f"engine {key}: interrupted during the engine start; its host (pid {proc.pid}) was ended"
+                ) from None
+        raise
+    _end_child(proc)
+    _remove_host_files(d, key)
+    raise SpecsweepError(
+        f"engine {key}: not ready after {timeout:g} s (SPECSWEEP_ENGINE_START_TIMEOUT_S; log: {log_path})"
+    )
 
 
 def _host_env() -> dict[str, str]:
@@ -718,3 +907,93 @@ def host_argv(config: str, model: str, config_name: str, repeat: int, model_path
     if model_path:
         argv += ["--model-path", model_path]
     return argv
+
+
+# ------------------------------------------------------------------------------------------------ activity
+
+
+class Activity:
+    """One measurement or engine start of a host, journalled in the folder's activity.jsonl (a begin line,
+    then an end line); a measurement holds the folder's measure lock unless it may run side by side.
+    `end()` writes the end and returns what ran beside it: every other journalled activity of the folder
+    that overlapped it (one still running counts up to now, while its process lives)."""
+
+    def __init__(self, d: Path, kind: str, what: dict[str, Any], exclusive: bool = False) -> None:
+        self.d, self.id = d, secrets.token_hex(8)
+        self._lock: int | None = None
+        if exclusive:
+            self._lock = os.open(d / MEASURE_LOCK, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self.t0 = time.time()
+        _journal(d, {"id": self.id, "event": "begin", "t": self.t0, "kind": kind, "pid": os.getpid()} | what)
+
+    def end(self) -> list[dict[str, Any]]:
+        t1 = time.time()
+        try:
+            _journal(self.d, {"id": self.id, "event": "end", "t": t1})
+            return beside(self.d, self.id, self.t0, t1)
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
+
+
+def _journal(d: Path, event: dict[str, Any]) -> None:
+    """Append one line (a single write: lines of concurrent hosts never interleave)."""
+    fd = os.open(d / ACTIVITY, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, (json.dumps(event, allow_nan=False) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def beside(d: Path, me: str, t0: float, t1: float) -> list[dict[str, Any]]:
+    """The activities of the journal's end (its last MAX_ACTIVITY_READ bytes) other than `me` that overlapped
+    [t0, t1]: kind (measure or engine start), run, cell, engine key, slots and seconds of overlap."""
+    try:
+        fd = os.open(d / ACTIVITY, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return []
+        start = max(0, st.st_size - MAX_ACTIVITY_READ)
+        text = os.pread(fd, MAX_ACTIVITY_READ, start).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    begins: dict[str, dict[str, Any]] = {}
+    ends: dict[str, float] = {}
+    for line in text.splitlines()[1 if start else 0 :]:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(ev, dict) or not isinstance(ev.get("id"), str) or not isinstance(ev.get("t"), (int, float)):
+            continue
+        if ev.get("event") == "begin":
+            begins[ev["id"]] = ev
+        elif ev.get("event") == "end":
+            ends[ev["id"]] = float(ev["t"])
+    out = []
+    for ident, ev in begins.items():
+        if ident == me:
+            continue
+        end = ends.get(ident)
+        if end is None:
+            if not _pid_alive(ev.get("pid")):
+                continue  # a host that died mid-activity: when it ended is unknown
+            end = time.time()
+        overlap = min(end, t1) - max(float(ev["t"]), t0)
+        if overlap > 0:
+            out.append(
+                {
+                    "kind": ev.get("kind"),
+                    "run": ev.get("run"),
+                    "cell": ev.get("cell"),
+                    "engine": ev.get("key"),
+                    "slots": ev.get("slots"),
+                    "overlap_s": round(overlap, 3),
+                }
+            )
+    return sorted(out, key=lambda b: (str(b["kind"]), str(b["cell"]), str(b["engine"])))

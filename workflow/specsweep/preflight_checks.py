@@ -26,6 +26,9 @@ RESERVED_ENV = {
     "SPECSWEEP_GPU_IDS": "it describes the node: export it in the shell that runs the workflow",
     "SPECSWEEP_SLOT_DIR": "it describes the node: export it in the shell that runs the workflow",
     "SPECSWEEP_SLOT_TIMEOUT_S": "it describes the node: export it in the shell that runs the workflow",
+    "SPECSWEEP_SLOTS": "it describes the node: export it in the shell that runs the workflow",
+    "SPECSWEEP_SLOT_LIMIT": "it is the GPUs Snakemake grants (--resources gpu=N)",
+    "SPECSWEEP_HOST_SLOTS": "it is what specsweep gives each engine host",
 }
 #: The config's `env` is an allowlist: the variables a study of vLLM's engines needs, and nothing that chooses
 #: which code runs (a config is data: LD_PRELOAD, PYTHONPATH or PATH there would run anything in every engine

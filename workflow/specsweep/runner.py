@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import cells, enginehost, inflight, metrics, paths, preflight_checks, provenance, workloads
+from . import cells, enginehost, inflight, metrics, paths, preflight_checks, provenance, slots, workloads
 from .architectures import tokenizer_path
 from .config import Cell, Study
 from .engine import Engine, encode_prompts, engine_identity, engine_key, resolve_model, token_hash, uses_chat
@@ -242,12 +242,16 @@ def run_engine_host(
     engine = Engine(study, cell, model, repeat)
     if engine.key != key:
         raise SpecsweepError(f"engine {key}: the config now gives engine {engine.key} (config changed?)")
+    held = [x for x in os.environ.get("SPECSWEEP_HOST_SLOTS", "").split(",") if x]
+    starting = enginehost.Activity(d, "engine start", {"run": study.run, "key": key, "cell": None, "slots": held})
     try:
         engine.start()
     except SpecsweepError:
         raise
     except Exception as exc:  # vLLM refused or failed to start this engine: one line, the informative one
         raise SpecsweepError(f"engine start failed: {informative_line(exc)}") from exc
+    finally:
+        starting.end()
     print(f"engine {key}: ready in {engine.import_s:.1f} s import + {engine.engine_start_s:.1f} s start", flush=True)
 
     def handle(msg: dict[str, Any]) -> dict[str, Any]:
@@ -268,8 +272,17 @@ def run_engine_host(
         r = int(msg.get("repeat", repeat))
         if study.engine_repeat(r) != study.engine_repeat(repeat):
             raise SpecsweepError(f"engine {key}: serves repeat {repeat}, not repeat {r}")
-        raw = engine.measure(c, wl_path)
+        # one measurement at a time in this engine folder unless the cell job says side by side is allowed;
+        # either way the cell records what ran beside it
+        side = msg.get("side_by_side") is True
+        what = {"run": study.run, "key": key, "cell": f"{label}/r{r}", "slots": held}
+        activity = enginehost.Activity(d, "measure", what, exclusive=not side)
+        try:
+            raw = engine.measure(c, wl_path)
+        finally:
+            near = activity.end()
         doc = build_doc(study, c, r, wl_path, engine, raw)
+        doc["beside"] = {"side_by_side": side, "activities": near}
         return doc
 
     enginehost.serve(key, engine, handle, d, token)
@@ -402,17 +415,26 @@ def run_cell(
                 "workload_file": str(Path(workload_path).resolve()),
                 "settings_sha256": settings_sha256,
             }
+            msg["side_by_side"] = study.side_by_side
+            # the slots of this job's engine folder (Snakemake's grant), as many as the model's TP (one on the CPU)
+            pool = slots.slot_pool(study.device)
+            need = study.models[cell.model].tp if study.device == "gpu" else 1
             t0 = time.time()
-            host = enginehost.ensure_host(ekey, argv, log, d, run_id=watch_pid, run=study.run)
-            wait_s = time.time() - t0
-            try:
-                doc = enginehost.measure_via_host(ekey, msg, d)
-            except enginehost.StaleHostError as exc:
-                print(f"{exc}; stopping it and starting one for the config as it is now", flush=True)
+            stale: enginehost.StaleHostError | None = None
+            with enginehost.use_host(ekey, argv, log, d, pool, need, run_id=watch_pid, run=study.run) as host:
+                wait_s = time.time() - t0
+                try:
+                    doc = enginehost.measure_via_host(ekey, msg, d)
+                except enginehost.StaleHostError as exc:
+                    stale = exc
+            if stale is not None:
+                print(f"{stale}; stopping it and starting one for the config as it is now", flush=True)
                 t0 = time.time()
-                host = enginehost.ensure_host(ekey, argv, log, d, run_id=watch_pid, run=study.run, replace=True)
-                wait_s += time.time() - t0
-                doc = enginehost.measure_via_host(ekey, msg, d)
+                with enginehost.use_host(
+                    ekey, argv, log, d, pool, need, run_id=watch_pid, run=study.run, replace=True
+                ) as host:
+                    wait_s += time.time() - t0
+                    doc = enginehost.measure_via_host(ekey, msg, d)
             if doc.get("config_sha256") != settings_sha256:
                 raise SpecsweepError(
                     f"engine {ekey}: measured {key.label} with settings {str(doc.get('config_sha256'))[:12]}, "
@@ -422,6 +444,8 @@ def run_cell(
                 "host_pid": host["pid"],
                 "spawned_at": host["spawned_at"],
                 "spawned_by_this_job": host["spawned"],
+                "slots": host["slots"],
+                "cpus": host["cpus"],
             }
         else:
             engine = Engine(study, cell, model, key.repeat)

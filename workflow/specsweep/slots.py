@@ -10,6 +10,12 @@ needing more GPUs than the node has is refused at once; a wait for busy GPUs end
 SPECSWEEP_SLOT_TIMEOUT_S seconds (default one hour) with one line naming the GPUs and their holders. A
 scheduler that already confines the job (CUDA_VISIBLE_DEVICES set, as SLURM does) is left alone; a config
 cannot set CUDA_VISIBLE_DEVICES (config.build_study refuses it), so it cannot switch the locking off.
+
+Engine hosts (enginehost.py) are keyed by the slots they hold: `slot_pool` says which slots the hosts of one
+engine folder share and how many they may hold at once (Snakemake's grant, `--resources gpu=N`, exported by
+the workflow as SPECSWEEP_SLOT_LIMIT), `cpu_set` gives each slot a CPU set of its own, and a host takes the
+node lock files of exactly the GPUs it was given (SPECSWEEP_HOST_SLOTS). On the CPU the slots are virtual:
+SPECSWEEP_SLOTS of them (else as many as granted, else one), each with its share of the CPUs.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import re
 import stat
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecsweepError
@@ -116,12 +123,18 @@ def _holder_label() -> str:
 
 
 class GpuSlots:
-    """Hold `count` GPU ids exclusively; `ids` is what CUDA_VISIBLE_DEVICES should be."""
+    """Hold `count` GPU ids exclusively (any free ones, or exactly those of `want`); `ids` is what
+    CUDA_VISIBLE_DEVICES should be."""
 
     def __init__(
-        self, count: int, slot_dir: Path | str | None = None, timeout_s: float | None = None, poll_s: float = 0.2
+        self,
+        count: int,
+        slot_dir: Path | str | None = None,
+        timeout_s: float | None = None,
+        poll_s: float = 0.2,
+        want: list[str] | None = None,
     ) -> None:
-        self.count, self.poll_s = count, poll_s
+        self.count, self.poll_s, self.want = count, poll_s, want
         self._default_dir = slot_dir is None
         self.slot_dir = Path(slot_dir) if slot_dir is not None else None
         self.timeout_s = timeout_s
@@ -134,6 +147,10 @@ class GpuSlots:
 
     def acquire(self) -> list[str]:
         pool = node_gpu_ids()
+        if self.want is not None:
+            if missing := [g for g in self.want if g not in pool]:
+                raise SpecsweepError(f"gpu slots: GPU {missing[0][:60]} is not one of this node's ({pool})")
+            pool = list(self.want)
         if self.count < 1:
             raise SpecsweepError(f"gpu slots: a cell needs at least one GPU, asked for {self.count}")
         if self.count > len(pool):
@@ -209,10 +226,25 @@ class GpuSlots:
 
 
 def claim_for_cell(tp: int, device: str) -> dict[str, object]:
-    """Called by the runner before vLLM is imported; returns what it did, for the cell's provenance."""
+    """Called by the runner before vLLM is imported; returns what it did, for the cell's provenance. An engine
+    host is given its slots (SPECSWEEP_HOST_SLOTS, by enginehost.ensure_host): it takes exactly those."""
+    host = os.environ.get("SPECSWEEP_HOST_SLOTS") or ""
     if device != "gpu":
-        return {"policy": "none (cpu)", "ids": None}
+        done: dict[str, object] = {"policy": "none (cpu)", "ids": None}
+        return done | ({"virtual_slots": host} if host else {})
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if host:
+        ids = host.split(",")
+        if len(ids) < tp:
+            raise SpecsweepError(f"gpu slots: a cell needs {tp} GPU(s), its engine host was given {host[:100]}")
+        if visible:  # the scheduler's GPUs, shared out by the engine folder's allocator
+            os.environ["CUDA_VISIBLE_DEVICES"] = host
+            return {"policy": "engine host slots of the scheduler's GPUs", "ids": host}
+        held = GpuSlots(len(ids), want=ids)
+        held.acquire()
+        os.environ["CUDA_VISIBLE_DEVICES"] = host
+        _HELD.append(held)  # held until the process exits
+        return {"policy": "engine host slots (specsweep lock files)", "ids": host}
     if visible:
         given = [x for x in visible.split(",") if x.strip()]
         if tp > len(given):
@@ -229,3 +261,75 @@ def claim_for_cell(tp: int, device: str) -> dict[str, object]:
 
 
 _HELD: list[GpuSlots] = []
+
+
+# ------------------------------------------------------------------------------------------------ pools
+
+
+@dataclass(frozen=True)
+class SlotPool:
+    """The slots the engine hosts of one engine folder share: `ids` (GPU indices or UUIDs; "0".."n-1" when
+    virtual), at most `limit` of them held at once, and `kind`: "gpu" (this node's GPUs, node lock files
+    taken by each host), "scheduler" (the GPUs CUDA_VISIBLE_DEVICES gives the job) or "virtual" (CPU)."""
+
+    ids: tuple[str, ...]
+    limit: int
+    kind: str
+
+    def cpus(self, held: list[str] | tuple[str, ...], allowed: list[int] | None = None) -> list[int]:
+        """The CPU set of a host holding `held`: the allowed CPUs (this process's affinity) cut into one
+        contiguous part per slot of the pool, the parts of its slots together."""
+        return cpu_set(list(self.ids), list(held), allowed)
+
+
+def _positive_int(name: str) -> int | None:
+    env = os.environ.get(name)
+    if env is None or not env.strip():
+        return None
+    try:
+        value = int(env)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SpecsweepError(f"{name}={env[:60]}: must be a positive whole number")
+    return value
+
+
+def slot_limit() -> int | None:
+    """The slots Snakemake grants (--resources gpu=N, exported by the workflow as SPECSWEEP_SLOT_LIMIT)."""
+    return _positive_int("SPECSWEEP_SLOT_LIMIT")
+
+
+def export_slot_limit(granted: int | None) -> None:
+    """Called by the workflow: its jobs hold no more slots (engine hosts alive at once) than granted."""
+    if granted is not None and granted >= 1:
+        os.environ["SPECSWEEP_SLOT_LIMIT"] = str(granted)
+
+
+def slot_pool(device: str) -> SlotPool:
+    """The pool of this job's engine folder: on a GPU node the GPUs CUDA_VISIBLE_DEVICES gives (a scheduler
+    confined the job) or else the node's (SPECSWEEP_GPU_IDS, NVML); on the CPU SPECSWEEP_SLOTS virtual slots,
+    else as many as granted, else one. At most as many held at once as Snakemake grants."""
+    limit = slot_limit()
+    if device != "gpu":
+        n = _positive_int("SPECSWEEP_SLOTS") or limit or 1
+        return SlotPool(tuple(str(i) for i in range(n)), min(n, limit or n), "virtual")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        ids = tuple(x.strip() for x in visible.split(",") if x.strip())
+        kind = "scheduler"
+    else:
+        ids, kind = tuple(node_gpu_ids()), "gpu"
+    return SlotPool(ids, min(len(ids), limit or len(ids)), kind)
+
+
+def cpu_set(pool: list[str], held: list[str], allowed: list[int] | None = None) -> list[int]:
+    """The CPUs of the slots `held` of `pool`: the allowed CPUs (default: this process's affinity) in as many
+    contiguous parts as the pool has slots (a part never empty: a slot beyond the CPUs shares one)."""
+    cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    n, p = len(cpus), len(pool)
+    out: set[int] = set()
+    for gid in held:
+        i = pool.index(gid)
+        out.update(cpus[i * n // p : (i + 1) * n // p] or [cpus[i % n]])
+    return sorted(out)
