@@ -161,36 +161,6 @@ def test_static_refusal_reads_heads_positions_and_rope(smoke_cfg, sonnet, smollm
     assert static_refusal(study, too_long, None, gpus=None) is None
 
 
-def test_plan_splits_the_paper_preflight_into_lanes():
-    """config/preflight.yaml on a 2-GPU node: the cells vLLM would refuse (TP 4/8 over 2 GPUs, max_model_len
-    16384 over opt-125m's 2048 and Phi-3-medium-4k's 4096 positions) need no lane; the 16 engines of the four
-    models that can start split 8 and 8, whole models per lane; every cell is in exactly one lane."""
-    from specsweep.config import load_study
-    from specsweep.preflight import plan
-
-    study = load_study(Path(__file__).parents[1] / "config" / "preflight.yaml")
-    lanes = plan(study, 2)
-    models = [sorted({p.split("/")[3] for p in lane}) for lane in lanes]
-    assert models == [
-        [
-            "llama-3.3-70b-instruct",
-            "opt-125m",
-            "phi-3-medium-4k-instruct",
-            "qwen2.5-32b-instruct",
-            "qwen2.5-72b-instruct",
-        ],
-        ["qwen2.5-0.5b-instruct", "qwen2.5-7b-instruct"],
-        ["qwen2.5-1.5b-instruct", "starcoder2-3b"],
-    ]
-    every = sorted(p for lane in lanes for p in lane)
-    assert len(every) == len(study.cells) == 156 and len(set(every)) == 156
-    # on one GPU the same models start engines, all in one lane
-    one = plan(study, 1)
-    assert one[0] == lanes[0] and sorted(one[1]) == sorted(lanes[1] + lanes[2])
-    # on eight GPUs the TP-4 and TP-8 models can start: only opt-125m and Phi-3 are refused
-    assert sorted({p.split("/")[3] for p in plan(study, 8)[0]}) == ["opt-125m", "phi-3-medium-4k-instruct"]
-
-
 def test_committed_preflight_report_rerenders(tmp_path):
     """The committed preflight of the paper config on one H200 (docs/runs/preflight.md): its report is a function
     of the committed verdicts, re-rendered byte-identical here without a GPU."""

@@ -126,7 +126,7 @@ rule dummy_tokenizer:
 rule dummy_model:
     input:
         tokenizer=DUMMY_TOKENIZER,
-        # relative: a copy of the working folder (device lanes) must not see a changed input set
+        # relative: a copy of the working folder elsewhere must not see a changed input set
         architecture=lambda wc: os.path.relpath(
             os.path.join(
                 ARCHITECTURES, STUDY.models[wc.model].architecture, "config.json"

@@ -219,38 +219,6 @@ def preflight_cell(
     return record
 
 
-def plan(study: Study, gpus: int) -> list[list[str]]:
-    """The preflight cells of a node with `gpus` GPUs as lanes that can run at once: lane 0 holds the cells
-    refused from the config alone (no engine, no GPU: any number at once), lanes 1..gpus the rest, whole
-    models per lane (an engine is never started in two lanes), the models with the most engines first, each
-    to the lane with the fewest engines so far (ties: the smaller total size). Engine starts dominate a
-    preflight and barely depend on the model's size up to 7B (33-82 s on an H200), hence engines as the cost.
-    Each lane is a list of verdict paths (relative to the working folder)."""
-    if gpus < 1:
-        raise SpecsweepError(f"preflight plan: needs at least one GPU, got {gpus}")
-    refused: list[str] = []
-    engines: dict[str, set[str]] = {}
-    cells: dict[str, list[str]] = {}
-    for cell in study.cells:
-        path = str(paths.preflight(Path("results"), study.run, cell.model, cell.workload, cell.config))
-        try:
-            refusal = static_refusal(study, cell, model_config(study, cell, None), gpus)
-        except SpecsweepError:  # a model built by a rule, not there yet: the lane's job will say
-            refusal = None
-        if refusal:
-            refused.append(path)
-        else:
-            engines.setdefault(cell.model, set()).add(cell.config)
-            cells.setdefault(cell.model, []).append(path)
-    lanes: list[list[str]] = [[] for _ in range(gpus)]
-    load = [(0, 0.0)] * gpus
-    for model in sorted(engines, key=lambda m: (-len(engines[m]), -study.models[m].params_b, m)):
-        i = min(range(gpus), key=lambda j: (load[j], j))
-        lanes[i] += cells[model]
-        load[i] = (load[i][0] + len(engines[model]), load[i][1] + study.models[model].params_b)
-    return [refused, *lanes]
-
-
 def load_verdicts(study: Study, root: Path | str) -> list[dict[str, Any]]:
     rows = []
     for cell in study.cells:
