@@ -145,6 +145,15 @@ def test_a_host_in_use_is_never_stopped_and_hosts_are_pinned(eng, monkeypatch):
         os.close(held.pop("a"))
         info, held["d"] = enginehost.ensure_host(keys["d"], _argv(keys["d"], eng), log, eng, pool, run="r", run_id=1)
         assert sorted(enginehost.live_hosts(eng)) == sorted([keys["c"], keys["d"]])
+        # a stale host (started for other settings) is replaced only once no other cell uses it
+        old = enginehost.live_hosts(eng)[keys["c"]]["pid"]
+        with pytest.raises(SpecsweepError, match="no 1 free slot"):
+            enginehost.ensure_host(keys["c"], _argv(keys["c"], eng), log, eng, pool, run="r", run_id=1, replace=True)
+        os.close(held.pop("c"))
+        info, held["c"] = enginehost.ensure_host(
+            keys["c"], _argv(keys["c"], eng), log, eng, pool, run="r", run_id=1, replace=True
+        )
+        assert info["spawned"] and info["pid"] != old and not enginehost._pid_alive(old)
     finally:
         for fd in held.values():
             os.close(fd)
@@ -162,8 +171,8 @@ def test_measurements_go_one_at_a_time_unless_side_by_side(eng):
         )
         t0 = time.time()
         time.sleep(0.5)
-        near[name] = act.end()
         spans[name] = (t0, time.time())
+        near[name] = act.end()
 
     for exclusive in (True, False):
         start = enginehost.Activity(eng, "engine start", {"run": "r", "key": "c" * 16, "cell": None, "slots": ["2"]})

@@ -684,7 +684,7 @@ def ensure_host(
             if replace and key in hosts and not in_use(d, key):
                 stop_host(d, key)
                 del hosts[key]
-                replace = False
+            replace = replace and key in hosts  # a stale host another job still uses: wait until it is idle
             if key in hosts and not replace:
                 rec = hosts[key]
                 if rec.get("run_id") != run_id and _yours(rec, run, run_id):  # take over a killed run's host
