@@ -13,7 +13,8 @@ import yaml
 
 from conftest import ROOT, prepare_workdir, snakemake, sonnet_path, stop_engines
 from specsweep import stats
-from specsweep.figures import CONCURRENCY_FIGURE, render_all
+from specsweep.figures import render_all
+from specsweep.view import CONCURRENCY_FIGURE
 
 MODEL = "smollm2-135m-instruct"
 BS = (1, 4)

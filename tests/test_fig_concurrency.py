@@ -13,7 +13,8 @@ import pytest
 from specsweep import tables
 from specsweep.captions import captions, write_captions
 from specsweep.crossover import crossover_rows
-from specsweep.figures import CONCURRENCY_FIGURE, FIGURES, crossovers, drawn_figures, render_all
+from specsweep.figures import render_all
+from specsweep.view import CONCURRENCY_FIGURE, FIGURES, crossovers, drawn_figures
 
 RUN, MODEL, BASE = "conc-synthetic", "m-1b", "vanilla"
 BS = (1, 4, 16, 64)
@@ -118,7 +119,7 @@ def test_figure_9_renders_byte_identical(conc_tables, tmp_path):
 
 
 def test_figure_9_marks_the_crossovers_of_the_tables(conc_tables):
-    from specsweep.figures import Tables
+    from specsweep.view import Tables
 
     data = Tables.load(conc_tables, RUN)
     marked = crossovers(data.concurrency())

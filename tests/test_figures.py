@@ -19,7 +19,7 @@ from specsweep import stats, tables
 from specsweep.captions import captions, write_captions
 from specsweep.config import build_study
 from specsweep.figures import DPI, fig5_layout, render_all
-from specsweep.figures import drawn_figures as _drawn
+from specsweep.view import drawn_figures as _drawn
 
 FIGURES = _drawn(False)  # the paper run has no concurrency axis: figures 1-8 (figure 9: test_fig_concurrency.py)
 
@@ -294,7 +294,7 @@ def test_random_weights_draw_no_figure_about_acceptance(paper_tables, tmp_path):
     acceptance) have no real-weight cell left and are left out; the config of a random-weight run leaves out
     every figure but 8 before any cell exists."""
     from specsweep.config import load_study
-    from specsweep.figures import left_out_by_config, planned_figures
+    from specsweep.view import left_out_by_config, planned_figures
 
     tables_dir, study = paper_tables
     m = render_all(tables_dir, tmp_path / "f", study.raw["headline_model"], study.run, dummy=set(study.models))

@@ -1127,7 +1127,7 @@ def test_truncated_table_is_one_line_naming_it(tmp_path, name):
     """The figures' and captions' readers check the tables' MANIFEST.json: a truncated table is one line naming
     the file, not pyarrow's traceback; so is one changed at its full size."""
     from specsweep.captions import captions
-    from specsweep.figures import Tables
+    from specsweep.view import Tables
 
     tables, _ = _committed_outputs(tmp_path)
     _truncate(tables / name)

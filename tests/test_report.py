@@ -40,7 +40,7 @@ def test_report_holds_rendered_figures_and_captions(tiny_run, tmp_path):
     snakemake(work, "--configfile", str(tiny_run["config"]), "--report", str(tmp_path / "report.html"))
     html = (tmp_path / "report.html").read_text()
     entries = {}
-    from specsweep.figures import drawn_figures
+    from specsweep.view import drawn_figures
 
     drawn = drawn_figures(False)  # the tiny run has no concurrency axis: no figure 9
     assert "fig9_concurrency" not in html

@@ -29,8 +29,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from conftest import ROOT, sonnet_path
-from specsweep.figures import FIGURES
 from specsweep.jobenv import cli_command, interpreter_note
+from specsweep.view import FIGURES
 
 #: What a plain checkout holds that Snakemake reads.
 CHECKOUT = ("Snakefile", "workflow", "config", "profiles", "envs")
