@@ -20,6 +20,32 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
     os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 
 
+#: Fixtures that build the real model (or its tokenizer, test_architectures) or run the real pipeline: a test
+#: that uses one is marked slow.
+SLOW_FIXTURES = frozenset({"smollm2", "tiny_run", "tokenizer_dir", "dummy_dirs"})
+#: The running test, while it runs (set by the autouse fixture below; snakemake() checks its marker).
+_CURRENT: list[pytest.Item] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tiers stay honest: a test that uses a slow fixture without the `slow` marker is a usage error, so
+    that `make test-fast` (`-m "not slow"`) never builds the model or starts vLLM."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"mark these @pytest.mark.slow (they use {sorted(SLOW_FIXTURES)}): {unmarked}")
+
+
+@pytest.fixture(autouse=True)
+def _current_item(request: pytest.FixtureRequest):
+    _CURRENT.append(request.node)
+    yield
+    _CURRENT.pop()
+
+
 def sonnet_path() -> Path:
     env = os.environ.get("SPECSWEEP_SONNET")
     path = Path(env) if env else ROOT.parent / "shared" / "data" / "sonnet.txt"
@@ -63,6 +89,10 @@ def set_key(cfg: dict, dotted: str, value) -> dict:
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1500) -> subprocess.CompletedProcess:
+    # module and session fixtures run before the autouse fixture: _CURRENT is then empty, and the tests that use
+    # such a fixture are held to the marker by pytest_collection_modifyitems
+    if _CURRENT and _CURRENT[-1].get_closest_marker("slow") is None:
+        raise AssertionError(f"{_CURRENT[-1].nodeid} starts Snakemake: mark it @pytest.mark.slow")
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:

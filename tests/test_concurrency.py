@@ -15,6 +15,8 @@ from specsweep import cells, paths
 from specsweep.config import build_study
 from specsweep.jsonio import sha256_obj
 
+pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
+
 MODEL = "smollm2-135m-instruct"
 PROMPTS, MAX_TOKENS, PER_SLOT = 6, 8, 4
 

@@ -16,6 +16,8 @@ from specsweep import stats
 from specsweep.figures import render_all
 from specsweep.view import CONCURRENCY_FIGURE
 
+pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
+
 MODEL = "smollm2-135m-instruct"
 BS = (1, 4)
 

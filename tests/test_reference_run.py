@@ -38,7 +38,13 @@ RUNS = {
 }
 
 
-@pytest.mark.parametrize("run", sorted(RUNS))
+#: the runs whose figure sets take longest to render (several seconds each): the slow tier
+SLOW_RUNS = ("h200-smollm2", "h200-concurrency")
+
+
+@pytest.mark.parametrize(
+    "run", [pytest.param(r, marks=pytest.mark.slow) if r in SLOW_RUNS else r for r in sorted(RUNS)]
+)
 def test_reference_run_rerenders_byte_identical(run, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     config, n_cells = RUNS[run]

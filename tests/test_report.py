@@ -9,7 +9,11 @@ import shutil
 import struct
 import subprocess
 
+import pytest
+
 from conftest import snakemake
+
+pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
