@@ -574,7 +574,7 @@ def _cpu(study: Study, crow: list[dict[str, Any]]) -> dict[str, Any]:
         )
     tech = not study.engine_per_repeat
     if tech:
-        ev.append("repeats are passes on one engine (technical replicates)")
+        ev.append(f"repeats are {stats.ONE_ENGINE} (technical replicates)")
     if short or any(v > CPU_CV_MAX for v, _ in cvs):
         v = "refuted"
     elif len(cvs) == len(crow) and not tech:

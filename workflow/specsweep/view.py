@@ -309,7 +309,7 @@ class Tables:
                     f"; {fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)" if len(ns) > 1 else ")"
                 )
         if not self.engine_per_repeat:
-            text += ", passes on one engine (technical replicates)"
+            text += f", {stats.ONE_ENGINE} (technical replicates)"
         return text
 
 
