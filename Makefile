@@ -1,6 +1,6 @@
 # specsweep — the two set-up commands on a fresh machine:
 #   make demo    install the CPU stack, build the real SmolLM2-135M model, run the CPU profile end to end
-#   make test    install what the tests need and run them
+#   make test    install what the tests need and run them (make test-fast: the fast tier only)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specsweep-installed
@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SONNET ?= $(SPECSWEEP_SONNET)
 SNAKE_CONFIG := $(if $(SONNET),--config sonnet_path=$(abspath $(SONNET)),)
 
-.PHONY: install demo test lint figures clean-demo chromium slurm shellcheck
+.PHONY: install demo test test-fast lint figures clean-demo chromium slurm shellcheck
 
 $(STAMP): pyproject.toml workflow/scripts/install-cpu.sh
 	bash workflow/scripts/install-cpu.sh $(VENV)
@@ -37,6 +37,11 @@ slurm:
 
 test: $(STAMP) chromium slurm
 	$(if $(SONNET),SPECSWEEP_SONNET=$(abspath $(SONNET)),) $(BIN)/python -m pytest -q
+
+# The fast tier, for everyday work (under 2 minutes on 2 cores): every test not marked slow, i.e. none that
+# starts Snakemake or vLLM or needs the real model. `make test` runs both tiers.
+test-fast: $(STAMP)
+	SPECSWEEP_SONNET=$(abspath $(SONNET)) $(BIN)/python -m pytest -q -m "not slow"
 
 # Debian's shellcheck, for the lint target.
 shellcheck:

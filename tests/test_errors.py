@@ -73,6 +73,7 @@ def test_config_bad_value_via_cli(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_config_bad_value_via_snakemake(tmp_path):
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     cfg["ladder"]["ngram"]["speculative"]["prompt_lookup_min"] = 9
@@ -343,6 +344,7 @@ def test_figures_from_missing_tables(setup):
     assert not [p.name for p in setup["tmp"].iterdir() if p.name.startswith((".figs", "figs"))]
 
 
+@pytest.mark.slow
 def test_max_model_len_below_a_workload_is_refused_before_the_engine(setup, smollm2):
     """engine.max_model_len below a workload's prompt + max_tokens is refused before any engine starts: one line
     naming the workload, its longest prompt + max_tokens and max_model_len, with no engine host spawned (none
@@ -370,6 +372,7 @@ def test_max_model_len_below_a_workload_is_refused_before_the_engine(setup, smol
     assert "more than engine.max_model_len 100" in failure["message"]
 
 
+@pytest.mark.slow
 def test_slurm_profile_without_a_partition(tmp_path, smoke_cfg, sonnet):
     """The SLURM profile with its slurm_partition removed (or left empty) stops the parse with one line naming
     the key: the dry run no longer plans GPU jobs for the cluster's default partition. The profile as shipped

@@ -165,6 +165,7 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
 # ------------------------------------------------------------------------------------------------ the cache path
 
 
+@pytest.mark.slow
 def test_fetch_from_hub_cache_offline(tmp_path, smollm2):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)
@@ -197,6 +198,7 @@ def test_fetch_from_hub_cache_offline(tmp_path, smollm2):
     assert fetch.model_record(out) == r
 
 
+@pytest.mark.slow
 def test_cache_resolution_through_refs_and_incomplete_cache(tmp_path, smollm2):
     """huggingface_hub resolves the pinned sha in snapshots/; a snapshot missing its weights is not used."""
     from huggingface_hub import snapshot_download
@@ -212,6 +214,7 @@ def test_cache_resolution_through_refs_and_incomplete_cache(tmp_path, smollm2):
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.slow
 def test_interrupted_cache_fetch_resumes(tmp_path, smollm2, monkeypatch):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)
@@ -241,6 +244,7 @@ def test_interrupted_cache_fetch_resumes(tmp_path, smollm2, monkeypatch):
 # ------------------------------------------------------------------------------------------------ the Hub path
 
 
+@pytest.mark.slow
 def test_fetch_from_hub_listing_checks_and_publishes(tmp_path, smollm2):
     api = FakeHfApi(siblings=_siblings(smollm2))
     download = copy_transfer(smollm2)
@@ -252,6 +256,7 @@ def test_fetch_from_hub_listing_checks_and_publishes(tmp_path, smollm2):
     assert fetch.model_record(out)["manifest_sha256"] == fetch.model_record(smollm2)["manifest_sha256"]
 
 
+@pytest.mark.slow
 def test_gated_model_without_token(tmp_path, smollm2, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     repo = "meta-llama/Llama-3.3-70B-Instruct"
@@ -269,6 +274,7 @@ def test_gated_model_without_token(tmp_path, smollm2, monkeypatch):
     assert download.seen["calls"] == 0 and not (tmp_path / "m").exists() and not (tmp_path / ".m.fetching").exists()
 
 
+@pytest.mark.slow
 def test_unknown_revision(tmp_path, smollm2):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)  # the cache holds another revision
@@ -296,6 +302,7 @@ def test_invalid_repo_id(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_not_enough_disk(tmp_path, smollm2):
     api = FakeHfApi(siblings=_siblings(smollm2, inflate={"model.safetensors": 10**15}))
     download = copy_transfer(smollm2)
@@ -322,6 +329,7 @@ def test_network_failure(tmp_path):
     assert "snakemake --until fetch_model" in text
 
 
+@pytest.mark.slow
 def test_interrupted_download_resumes_and_never_half_valid(tmp_path, smollm2):
     api = FakeHfApi(siblings=_siblings(smollm2))
     out = tmp_path / "models" / "m"
@@ -341,6 +349,7 @@ def test_interrupted_download_resumes_and_never_half_valid(tmp_path, smollm2):
     assert fetch.model_record(out)["manifest_sha256"] == fetch.model_record(smollm2)["manifest_sha256"]
 
 
+@pytest.mark.slow
 def test_corrupt_download_is_not_published(tmp_path, smollm2):
     bad = tmp_path / "bad"
     shutil.copytree(smollm2, bad)
@@ -357,6 +366,7 @@ def test_corrupt_download_is_not_published(tmp_path, smollm2):
     assert not out.exists() and not (tmp_path / ".m.fetching" / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_corrupt_cached_blob_is_refused_with_how_to_evict_it(tmp_path, smollm2):
     """A cached safetensors blob with 4 bytes flipped (same size, its name still the pristine sha256): the fetch
     refuses it, naming the blob to evict (a rerun would link the same blob again), and publishes nothing; once
@@ -387,6 +397,7 @@ def test_corrupt_cached_blob_is_refused_with_how_to_evict_it(tmp_path, smollm2):
     assert fetch.model_record(out)["manifest_sha256"] == fetch.model_record(smollm2)["manifest_sha256"]
 
 
+@pytest.mark.slow
 def test_record_hashes_the_content_as_fetched(tmp_path, smollm2):
     """The manifest hash a cell records is of the bytes fetched: a large file's recorded sha256 is its content's
     (never only the name of the cache blob it came from)."""
@@ -400,6 +411,7 @@ def test_record_hashes_the_content_as_fetched(tmp_path, smollm2):
         assert entry["sha256"] == fetch.file_sha256(out / name), name
 
 
+@pytest.mark.slow
 def test_leftover_of_another_revision_is_discarded(tmp_path, smollm2):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)
@@ -415,6 +427,7 @@ def test_leftover_of_another_revision_is_discarded(tmp_path, smollm2):
 # ------------------------------------------------------------------------------------------------ records, config
 
 
+@pytest.mark.slow
 def test_model_record_refuses_a_changed_or_stale_folder(tmp_path, smollm2):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)
@@ -516,6 +529,7 @@ def _fetch_config(smoke_cfg: dict, path: Path, revision: str = REV) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cli_fetch_offline_and_one_line_error(tmp_path, smollm2, smoke_cfg):
     cache = tmp_path / "hub"
     prefill_hub_cache(cache, REPO, REV, smollm2)
@@ -546,6 +560,7 @@ def test_cli_fetch_offline_and_one_line_error(tmp_path, smollm2, smoke_cfg):
     ]
 
 
+@pytest.mark.slow
 def test_snakemake_until_fetch_model(tmp_path, smollm2, smoke_cfg):
     """The real rule, run by Snakemake: one CPU job, the cell then takes the fetched folder as its input."""
     cache = tmp_path / "hub"

@@ -13,7 +13,8 @@ import pytest
 from specsweep import tables
 from specsweep.captions import captions, write_captions
 from specsweep.crossover import crossover_rows
-from specsweep.figures import CONCURRENCY_FIGURE, FIGURES, crossovers, drawn_figures, render_all
+from specsweep.figures import render_all
+from specsweep.view import CONCURRENCY_FIGURE, FIGURES, crossovers, drawn_figures
 
 RUN, MODEL, BASE = "conc-synthetic", "m-1b", "vanilla"
 BS = (1, 4, 16, 64)
@@ -101,6 +102,7 @@ def conc_tables(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_figure_9_renders_byte_identical(conc_tables, tmp_path):
     m1, m2 = _render(conc_tables, tmp_path / "a"), _render(conc_tables, tmp_path / "b")
     assert m1 == m2 and set(m1["figures"]) | set(m1["left_out"]) == set(FIGURES)
@@ -118,7 +120,7 @@ def test_figure_9_renders_byte_identical(conc_tables, tmp_path):
 
 
 def test_figure_9_marks_the_crossovers_of_the_tables(conc_tables):
-    from specsweep.figures import Tables
+    from specsweep.view import Tables
 
     data = Tables.load(conc_tables, RUN)
     marked = crossovers(data.concurrency())
@@ -135,6 +137,7 @@ def test_figure_9_marks_the_crossovers_of_the_tables(conc_tables):
     assert "ms at b = 1 →" in text and "ms at b = 64" in text
 
 
+@pytest.mark.slow
 def test_run_without_a_concurrency_axis_leaves_figure_9_out(tmp_path):
     constructed_tables(tmp_path / "t", axis=False)
     m = _render(tmp_path / "t", tmp_path / "f")

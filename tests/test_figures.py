@@ -19,7 +19,7 @@ from specsweep import stats, tables
 from specsweep.captions import captions, write_captions
 from specsweep.config import build_study
 from specsweep.figures import DPI, fig5_layout, render_all
-from specsweep.figures import drawn_figures as _drawn
+from specsweep.view import drawn_figures as _drawn
 
 FIGURES = _drawn(False)  # the paper run has no concurrency axis: figures 1-8 (figure 9: test_fig_concurrency.py)
 
@@ -167,6 +167,7 @@ def _render(tables_dir: Path, out: Path, study) -> dict:
     return manifest
 
 
+@pytest.mark.slow
 def test_full_size_run_renders_byte_identical_with_nothing_missing(paper_tables, tmp_path):
     tables_dir, study = paper_tables
     paper_cells = [c for c in study.cells if study.cell_groups[c] != "controls"]
@@ -222,6 +223,7 @@ def test_fig5_labels_and_markers_do_not_overlap(paper_tables, tmp_path, seed):
             assert not _overlap(bb, (x - r / 2, y - r / 2, x + r / 2, y + r / 2)), f"label {t!r} on marker {k}"
 
 
+@pytest.mark.slow
 def test_missing_cells_are_listed_and_partial_runs_render(tmp_path):
     study = paper_study()
     drop = (
@@ -272,6 +274,7 @@ def test_captions_read_the_data(paper_tables, tmp_path):
         assert err.getvalue() == "", f"{stem}: {err.getvalue()}"
 
 
+@pytest.mark.slow
 def test_a_figure_without_data_is_left_out_and_named(tmp_path):
     """No sonnet cell of the headline model measured: figure 3 is not drawn (no empty axes) and the manifest's
     left_out names it with the reason; the caption is not written either."""
@@ -289,12 +292,13 @@ def test_a_figure_without_data_is_left_out_and_named(tmp_path):
     assert (tmp_path / "f" / "fig1_headline.png").is_file()
 
 
+@pytest.mark.slow
 def test_random_weights_draw_no_figure_about_acceptance(paper_tables, tmp_path):
     """The same tables with every model marked as random weights: figures 5 and 7 (speedup by size, K from
     acceptance) have no real-weight cell left and are left out; the config of a random-weight run leaves out
     every figure but 8 before any cell exists."""
     from specsweep.config import load_study
-    from specsweep.figures import left_out_by_config, planned_figures
+    from specsweep.view import left_out_by_config, planned_figures
 
     tables_dir, study = paper_tables
     m = render_all(tables_dir, tmp_path / "f", study.raw["headline_model"], study.run, dummy=set(study.models))
@@ -306,6 +310,7 @@ def test_random_weights_draw_no_figure_about_acceptance(paper_tables, tmp_path):
     assert left_out_by_config(study) == {} and planned_figures(study) == list(FIGURES)
 
 
+@pytest.mark.slow
 def test_a_panel_without_data_is_left_out(tmp_path):
     """GPU utilisation measured nowhere (a CPU run): figure 6 draws throughput and wall time only and says
     which panel it left out."""

@@ -641,6 +641,7 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_yte_config_under_snakemake(tmp_path):
     """Snakemake evaluates a YTE template before specsweep runs (trusted input, README); the workflow then stops
     with the CLI's line for the same file."""
@@ -658,6 +659,7 @@ def test_yte_config_under_snakemake(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_duplicate_key_under_snakemake(tmp_path):
     text = smoke_with("\nseed: 0\n", "\nseed: 0\nseed: 1\n")
     path = write(tmp_path, text)
@@ -673,6 +675,7 @@ def test_duplicate_key_under_snakemake(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_mistyped_target_is_a_missing_rule(tmp_path):
     """A '.'-joined wildcard constraint matched 'smollm2-135mXinstruct' and failed with a KeyError."""
     typo = "results/smoke/cells/smollm2-135mXinstruct/code/ngram/r1.json"
@@ -1128,7 +1131,7 @@ def test_truncated_table_is_one_line_naming_it(tmp_path, name):
     """The figures' and captions' readers check the tables' MANIFEST.json: a truncated table is one line naming
     the file, not pyarrow's traceback; so is one changed at its full size."""
     from specsweep.captions import captions
-    from specsweep.figures import Tables
+    from specsweep.view import Tables
 
     tables, _ = _committed_outputs(tmp_path)
     _truncate(tables / name)
@@ -1173,6 +1176,7 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_failed_render_keeps_the_last_good_figures(tmp_path):
     """A truncated speedup.parquet, then Snakemake: the render fails with one line naming the file, and the
     last good figures stay, byte for byte (Snakemake deleted them before)."""

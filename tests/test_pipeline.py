@@ -23,6 +23,8 @@ from specsweep import cells, paths, provenance, tables
 from specsweep.config import build_study
 from specsweep.errors import SpecsweepError
 
+pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
+
 MODEL = "smollm2-135m-instruct"
 
 

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from conftest import snakemake, stop_engines
@@ -50,6 +51,7 @@ def _preflight_config(smoke: dict, sonnet: Path, model: Path, unknown: Path) -> 
     return cfg
 
 
+@pytest.mark.slow
 def test_preflight_gives_every_cell_a_verdict(tmp_path, smoke_cfg, sonnet, smollm2):
     cfg_path = tmp_path / "pf.yaml"
     unknown = _unknown_architecture(smollm2, tmp_path / "unknown-model")
@@ -136,6 +138,7 @@ def test_preflight_gives_every_cell_a_verdict(tmp_path, smoke_cfg, sonnet, smoll
     )
 
 
+@pytest.mark.slow
 def test_static_refusal_reads_heads_positions_and_rope(smoke_cfg, sonnet, smollm2):
     """The checks vLLM makes at engine start that config.json alone decides, each refusing only when sure."""
     from specsweep.config import build_study

@@ -11,16 +11,16 @@ import pytest
 from conftest import ROOT
 from specsweep.captions import write_captions
 from specsweep.config import load_study
-from specsweep.figures import (
+from specsweep.figures import render_all
+from specsweep.tables import build_tables
+from specsweep.view import (
     FIGURES,
     dummy_models,
     left_out_by_config,
     load_k_ref,
     load_r_runs,
     planned_figures,
-    render_all,
 )
-from specsweep.tables import build_tables
 
 #: committed runs: config, cells in the tables, what the run holds
 RUNS = {
@@ -41,7 +41,13 @@ RUNS = {
 }
 
 
-@pytest.mark.parametrize("run", sorted(RUNS))
+#: the runs whose figure sets take longest to render (several seconds each): the slow tier
+SLOW_RUNS = ("h200-smollm2", "h200-concurrency")
+
+
+@pytest.mark.parametrize(
+    "run", [pytest.param(r, marks=pytest.mark.slow) if r in SLOW_RUNS else r for r in sorted(RUNS)]
+)
 def test_reference_run_rerenders_byte_identical(run, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     config, n_cells = RUNS[run]
@@ -85,7 +91,7 @@ def test_figure_8_draws_r_of_both_shape_runs(tmp_path):
     """h200x2-shapes' figure 8 reads h200-shapes' R too (config r_at_scale_runs): every size once, each R
     from the run that measured it, and its notes name each run's conditions (TP, prompt tokens)."""
     from specsweep.errors import SpecsweepError
-    from specsweep.figures import Tables, r_series
+    from specsweep.view import Tables, r_series
 
     study = load_study(ROOT / "config" / "h200x2-shapes.yaml")
     tables = ROOT / "results" / "h200x2-shapes" / "tables"
@@ -118,7 +124,7 @@ def test_figure_8_keeps_fp8_sizes_on_lines_of_their_own():
     """h200-fp8-shapes' 72B (and 32B) shapes ran with fp8 weights: figure 8 draws them as lines of their own,
     never joined to the bf16 sizes of the other runs, and leaves out an R from a single repeat (32B's one
     ngram pass), naming it in the notes."""
-    from specsweep.figures import Tables, r_series
+    from specsweep.view import Tables, r_series
 
     study = load_study(ROOT / "config" / "h200-fp8-shapes.yaml")
     tables = ROOT / "results" / "h200-fp8-shapes" / "tables"
@@ -158,7 +164,8 @@ def test_figure_8_has_no_prediction_panel_and_a_readable_band():
     """Figure 8 is R only (speedup = T / R; no K / R prediction), on a log axis that ends a little above the
     largest median: the 0.5B whiskers up to 21.4 are clipped and labelled, so the article's 1.25-1.40 band keeps
     a readable height."""
-    from specsweep.figures import ARTICLE_R_BAND, R_HEADROOM
+    from specsweep.figures import R_HEADROOM
+    from specsweep.view import ARTICLE_R_BAND
 
     svg = (ROOT / "figures" / "h200-shapes" / "fig8_r_at_scale.svg").read_text()
     assert "PREDICTION" not in svg and "K / R" not in svg

@@ -33,6 +33,7 @@ def _cells(tiny_run: dict, config: str) -> list[Path]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("config", "tolerance"), [("ngram", NGRAM_TOLERANCE), ("suffix", SUFFIX_TOLERANCE)])
 def test_replayed_K_matches_measured_K(tiny_run, config, tolerance, tmp_path, capsys):
     """Every ngram / suffix cell of the real run: `specsweep replay --cell` from its stored token ids gives
@@ -136,6 +137,7 @@ def _traffic(tmp_path: Path, lines: list[str]) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_bad_traffic_is_one_line_naming_the_line(tmp_path, capsys, tok_dir):
     good = json.dumps({"prompt": "Say hello.", "response": "Hello there"})
     cases = {
@@ -154,6 +156,7 @@ def test_bad_traffic_is_one_line_naming_the_line(tmp_path, capsys, tok_dir):
         assert "traffic.jsonl" in err
 
 
+@pytest.mark.slow
 def test_traffic_replay_from_text_and_messages(tmp_path, tok_dir):
     lines = [
         json.dumps({"prompt": "a b c d e f a b c", "response": " d e f a b c d e f"}),
@@ -167,6 +170,7 @@ def test_traffic_replay_from_text_and_messages(tmp_path, tok_dir):
     assert doc["overall"]["requests"] == 2 and doc["overall"]["accepted"] > 0
 
 
+@pytest.mark.slow
 def test_cell_with_another_tokenizer_is_refused(tmp_path, tok_dir):
     """A cell's token ids were made by one tokenizer; a replay with another (here: the cell records a
     one-token vocabulary) is refused in one line naming the field."""

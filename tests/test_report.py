@@ -9,7 +9,11 @@ import shutil
 import struct
 import subprocess
 
+import pytest
+
 from conftest import snakemake
+
+pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -40,7 +44,7 @@ def test_report_holds_rendered_figures_and_captions(tiny_run, tmp_path):
     snakemake(work, "--configfile", str(tiny_run["config"]), "--report", str(tmp_path / "report.html"))
     html = (tmp_path / "report.html").read_text()
     entries = {}
-    from specsweep.figures import drawn_figures
+    from specsweep.view import drawn_figures
 
     drawn = drawn_figures(False)  # the tiny run has no concurrency axis: no figure 9
     assert "fig9_concurrency" not in html

@@ -320,6 +320,7 @@ def test_the_end_of_a_run_stops_only_that_runs_hosts(eng):
 # ============================================================================ Ctrl-C during an engine start
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_engine_start_ends_the_starting_host(cell_job, eng, smollm2):
     """SIGINT to a cell job while its engine host starts vLLM: the job ends that host (by its pid, before it
     has a socket), removes its record and writes a failure record that says what happened."""

@@ -50,6 +50,7 @@ def _payload(secret: Path) -> str:
     )
 
 
+@pytest.mark.slow
 def test_cell_strings_reach_the_report_as_text(tmp_path):
     """A cell whose effective.cudagraph_mode is reST carrying `.. raw:: html` (a <script>) and `.. include::`
     of /etc/hostname and of a local file: report.html shows the string as text, runs no script of it and holds

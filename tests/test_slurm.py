@@ -23,6 +23,8 @@ import slurm_cluster
 from conftest import ROOT, prepare_workdir, snakemake, sonnet_path, stop_engines, tiny_config
 from specsweep import cells, enginehost
 
+pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
+
 MODEL = "smollm2-135m-instruct"
 CONFIGS = ("vanilla", "ngram")
 RUN = "slurm"

@@ -29,8 +29,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from conftest import ROOT, sonnet_path
-from specsweep.figures import FIGURES
 from specsweep.jobenv import cli_command, interpreter_note
+from specsweep.view import FIGURES
 
 #: What a plain checkout holds that Snakemake reads.
 CHECKOUT = ("Snakefile", "workflow", "config", "profiles", "envs")
@@ -159,6 +159,7 @@ def job_imports(log: Path, light_bin: Path) -> list[str]:
     return [file for exe, file in lines if Path(exe).parent == light_bin]
 
 
+@pytest.mark.slow
 def test_dry_run_commands_resolve_python_from_the_job_environment(checkout, light_bin, tmp_path):
     """Every rule's shell command, for every rule that has one: `python3` from the job's PATH with the copy's
     package first on PYTHONPATH, never the path of Snakemake's own Python."""
@@ -193,6 +194,7 @@ def test_dry_run_commands_resolve_python_from_the_job_environment(checkout, ligh
     assert seen == _shell_rules(), f"rules not seen in a dry run: {_shell_rules() - seen}"
 
 
+@pytest.mark.slow
 def test_plain_checkout_runs_light_jobs_for_real(checkout, light_bin, tmp_path):
     """The corpus and the six workloads the CPU profile defines (its demo measures two of them: a config of its
     own puts all six in a group), made for real by jobs of the light Python, which can import specsweep only
@@ -230,6 +232,7 @@ def h200_figures(checkout, light_bin, tmp_path_factory) -> Path:
     return log
 
 
+@pytest.mark.slow
 def test_light_env_renders_the_reference_run_byte_identical(checkout, light_bin, h200_figures):
     assert set(job_imports(h200_figures, light_bin)) == {str(checkout / "workflow" / "specsweep" / "__init__.py")}
     for rel in ("results/h200-smollm2/tables", "figures/h200-smollm2"):
@@ -300,6 +303,7 @@ def _lint(workdir: Path) -> str:
     return proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_lint_every_rule_has_a_conda_env_and_a_log(checkout, tmp_path):
     out = _lint(checkout)
     assert "Congratulations, your workflow is in a good condition!" in out, out[-3000:]
@@ -422,6 +426,7 @@ def dot_test(checkout, env, *args: str):
     return snakemake_in(checkout, env, "-d", ".test", "--configfile", ".test/config/config.yaml", "--cores", "1", *args)
 
 
+@pytest.mark.slow
 def test_dot_test_config_dry_runs_the_whole_workflow(checkout, light_bin, tmp_path):
     proc = dot_test(checkout, user_env(light_bin, tmp_path / "imports.log"), "-n")
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
@@ -437,6 +442,7 @@ def test_dot_test_config_dry_runs_the_whole_workflow(checkout, light_bin, tmp_pa
     }, proc.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_dot_test_config_runs_for_real_up_to_the_workloads(checkout, light_bin, tmp_path):
     log = tmp_path / "imports.log"
     dot_test(
@@ -468,6 +474,7 @@ def test_report_captions_live_in_workflow_report():
         assert text.startswith("**") and f"/captions/{name}.rst" in text and ".. include:: figures/" in text
 
 
+@pytest.mark.slow
 def test_report_of_the_reference_run_holds_descriptions_and_numbers(checkout, light_bin, h200_figures, tmp_path):
     env = user_env(light_bin, tmp_path / "imports.log")
     snakemake_in(checkout, env, "--configfile", "config/h200.yaml", "--report", str(tmp_path / "report.html"))

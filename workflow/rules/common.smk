@@ -214,7 +214,7 @@ def reported_table_paths() -> list:
 # The figure list has one home, specsweep.figures.FIGURES (the renderer and the captions use it too).
 # A run draws those its config allows (random weights draw no figure about acceptance; the manifest names the
 # figures left out, with the reason).
-from specsweep.figures import planned_figures  # noqa: E402
+from specsweep.view import planned_figures  # noqa: E402
 
 
 def left_out_before() -> set[str]:

@@ -1,4 +1,4 @@
-"""RST captions for the Snakemake report, one per figure of :data:`specsweep.figures.FIGURES`, with the
+"""RST captions for the Snakemake report, one per figure of :data:`specsweep.view.FIGURES`, with the
 numbers that matter read from a run's tables (medians over repeats with their 95 % intervals): nothing in a
 caption is typed in, the ladder's settings included.
 
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecsweepError
-from .figures import (
+from .jsonio import atomic_write_bytes
+from .view import (
     ARTICLE_R_BAND,
     CONCURRENCY_FIGURE,
     FIGURES,
@@ -30,7 +31,6 @@ from .figures import (
     r_series,
     size_stats,
 )
-from .jsonio import atomic_write_bytes
 
 #: Every ASCII punctuation character: any of them can open reST markup somewhere (``..`` a directive, ``:`` a
 #: role or field, `` ` `` a literal or link, ``*`` emphasis, ``_`` a reference, ``|`` a substitution, ...).

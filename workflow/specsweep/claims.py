@@ -50,13 +50,16 @@ from typing import Any
 from . import stats
 from .config import Study
 
+#: C6: the article's R for Llama-3.3-70B at TP 8 (also figure 8's band, specsweep.view.ARTICLE_R_BAND).
+R_BAND: tuple[float, float] = (1.25, 1.40)
+
 LABELS = {
     "C1": "models <= 7B regress with any drafter",
     "C2": "suffix K >> ngram K on code",
     "C3": "PIECEWISE beats FULL with suffix on chat",
     "C4": "GPU utilisation falls while throughput rises (speculative vs baseline)",
     "C5": "linear K model fits better than Leviathan's closed form",
-    "C6": "R within 1.25-1.40 and independent of workload",
+    "C6": f"R within {R_BAND[0]:.2f}-{R_BAND[1]:.2f} and independent of workload",
     "C7": "chat K > sonnet K",
     "C8": "models >= 14B are net-positive with trident",
     "CPU": "the pipeline works end to end and its own repeats agree (the CPU profile's question)",
@@ -64,7 +67,6 @@ LABELS = {
 NOT_COVERED = "not covered by this run"
 NOT_ON_CPU = "not decidable on CPU"
 TECHNICAL = "undecided (technical replicates)"
-R_BAND = (1.25, 1.40)
 #: C6: the article's regime (its R was measured for Llama-3.3-70B at TP 8); smaller models' R is larger.
 R_MIN_PARAMS_B = 32.0
 #: C6: a random-weight cell with K at most this measures R0 (all drafts rejected, or none made).
@@ -572,7 +574,7 @@ def _cpu(study: Study, crow: list[dict[str, Any]]) -> dict[str, Any]:
         )
     tech = not study.engine_per_repeat
     if tech:
-        ev.append("repeats are passes on one engine (technical replicates)")
+        ev.append(f"repeats are {stats.ONE_ENGINE} (technical replicates)")
     if short or any(v > CPU_CV_MAX for v, _ in cvs):
         v = "refuted"
     elif len(cvs) == len(crow) and not tech:

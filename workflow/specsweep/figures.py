@@ -1,8 +1,8 @@
-"""Render the specsweep figures from a run's ``cells.parquet`` and ``speedup.parquet``.
-
-Public: :data:`FIGURES` (the one list of figures: the Snakemake rules, the captions and the report derive
-from it), :func:`render_all`, :func:`fig5_layout`.  Every figure is written as PNG (dpi 120) and SVG,
-plus a ``manifest.json`` naming the cells each figure used and those it needed but lacked.
+"""Draw the specsweep figures from a run's ``cells.parquet`` and ``speedup.parquet``: :func:`render_all`
+(and :func:`fig5_layout`, figure 5's label geometry for the tests). The figures' list and the view of the tables
+they draw from (shared with the captions) are :mod:`specsweep.view`; label placement is
+:mod:`specsweep.labels`. Every figure is written as PNG (dpi 120) and SVG, plus a ``manifest.json`` naming the
+cells each figure used and those it needed but lacked.
 
 Repeats: every bar or marker is a cell's median over its repeats, with a whisker for its 95 % interval over
 engine starts (the tables' ``*_lo``/``*_hi``; K's over prompts); every footer states the n its cells have (and
@@ -15,13 +15,11 @@ measurement gets an ``n/a`` marker where its bar would be, and every such cell i
 figure and in the manifest.  A figure (or panel) with nothing to draw is left out, never drawn empty, and the
 manifest's ``left_out`` names it with the reason; so is a figure about acceptance, K or speedup whose models
 have random weights (config ``weights: dummy``: they measure step time, R and memory, never acceptance):
-:func:`left_out_by_config` says which from the config alone (the Snakemake rules list only the others).
+:func:`specsweep.view.left_out_by_config` says which from the config alone (the Snakemake rules list only the
+others).
 
 Determinism: no pyplot (a Figure on an Agg canvas), explicit rcParams, fixed sizes and fonts, fixed order,
 SVG hash salt, no dates in the metadata: two renders of the same tables are byte-identical.
-
-Importing this module is cheap (no matplotlib, no pyarrow): ``workflow/rules/common.smk`` imports
-:data:`FIGURES` when Snakemake parses the workflow.
 """
 
 from __future__ import annotations
@@ -38,82 +36,59 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from . import stats
+from .labels import agg_renderer, dodge_1d, place_labels
+from .view import (
+    ARTICLE_R_BAND,
+    CONCURRENCY_FIGURE,
+    FIGURES,
+    HEADLINE_CONFIG,
+    K_ALPHA_WORKLOADS,
+    LADDER,
+    SPEC_METHODS,
+    WORKLOADS,
+    Cell,
+    KRef,
+    RLine,
+    Tables,
+    Val,
+    cell_dict,
+    concurrency_curves,
+    crossovers,
+    distinct_text,
+    drawn_figures,
+    dummy_models,
+    left_out_by_config,
+    left_out_reason,
+    load_k_ref,
+    load_r_runs,
+    num,
+    ordered,
+    r_at_scale,
+    r_lines,
+    r_points,
+    short_model,
+    size_stats,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
-    from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
     from matplotlib.figure import Figure
 
+#: What other modules take from here; the view's loaders are here too for the figures command (cli.py).
 __all__ = [
-    "FIGURES",
-    "drawn_figures",
+    "DPI",
     "render_all",
     "fig5_layout",
-    "WORKLOADS",
+    "dummy_models",
     "left_out_by_config",
-    "planned_figures",
+    "load_k_ref",
+    "load_r_runs",
 ]
-
-#: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
-FIGURES: tuple[str, ...] = (
-    "fig1_headline",
-    "fig2_r_vs_k_code",
-    "fig3_sonnet_ladder",
-    "fig4_k_alpha",
-    "fig5_model_size",
-    "fig6_gpu_util",
-    "fig7_k_predicted",
-    "fig8_r_at_scale",
-    "fig9_concurrency",
-)
-#: Drawn only for a run with a concurrency axis (a workload measured at concurrencies b); left out of the
-#: others' figures and named in their manifest's ``left_out``.
-CONCURRENCY_FIGURE = "fig9_concurrency"
-
-
-def drawn_figures(concurrency_axis: bool) -> tuple[str, ...]:
-    """The figures a run gets, in report order: all of :data:`FIGURES`, figure 9 only with a concurrency axis."""
-    return tuple(f for f in FIGURES if concurrency_axis or f != CONCURRENCY_FIGURE)
-
-
-def left_out_reason(run: str) -> str:
-    return f"no concurrency axis: no workload of run {run} is measured at a concurrency (workloads.<name>.concurrency)"
 
 
 class LeftOut(Exception):
     """A figure with nothing meaningful to draw: not rendered; the manifest names it with this reason."""
 
-
-RANDOM_WEIGHTS = "random weights (`weights: dummy`), which measure step time, never acceptance"
-#: What each figure shows that random weights cannot measure (figure 8, R, is what they can).
-NEEDS_REAL_WEIGHTS: dict[str, str] = {
-    "fig1_headline": "speedup per workload",
-    "fig2_r_vs_k_code": "K and T (acceptance) beside R",
-    "fig3_sonnet_ladder": "speedups along the ladder",
-    "fig4_k_alpha": "K and α (acceptance)",
-    "fig5_model_size": "speedup against model size",
-    "fig6_gpu_util": "trident's utilisation and throughput, which follow its acceptance",
-    "fig7_k_predicted": "K predicted from acceptance",
-}
-#: The figures that draw the headline model only.
-HEADLINE_FIGURES: tuple[str, ...] = (
-    "fig1_headline",
-    "fig2_r_vs_k_code",
-    "fig3_sonnet_ladder",
-    "fig4_k_alpha",
-    "fig6_gpu_util",
-)
-
-WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
-#: The paper's ladder steps after the baseline (the baseline's name comes from the tables).
-LADDER: tuple[str, ...] = ("ngram", "suffix", "trident")
-HEADLINE_CONFIG = "trident"
-SPEC_METHODS: tuple[str, ...] = ("ngram", "suffix")
-K_ALPHA_WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code")
-SIZE_METHODS: tuple[str, ...] = ("trident", "ngram")
-CONTROLS_GROUP = "controls"
-#: The article's R for Llama-3.3-70B at TP 8 (figure 8's band).
-ARTICLE_R_BAND: tuple[float, float] = (1.25, 1.40)
 
 DPI = 120
 MAX_MISSING_SHOWN = 6
@@ -160,325 +135,6 @@ STYLE: dict[str, Any] = {
     "figure.facecolor": "white",
 }
 
-Cell = tuple[str, str, str]  # (model, workload, config); a workload at concurrency b is named `code@b8`
-Row = dict[str, Any]
-
-
-# --------------------------------------------------------------------------- data
-
-
-def _order(values: Iterable[str], canonical: Sequence[str]) -> list[str]:
-    """Distinct values, canonical ones first in canonical order, others sorted after."""
-    distinct = set(values)
-    head = [v for v in canonical if v in distinct]
-    return head + sorted(distinct - set(canonical))
-
-
-def _num(value: Any) -> float | None:
-    """Float or None (nulls and NaN both become None)."""
-    if value is None:
-        return None
-    out = float(value)
-    return None if math.isnan(out) else out
-
-
-def _short(model: str) -> str:
-    """Display name of a model (last path component of an HF id, without a trailing -instruct)."""
-    name = model.rsplit("/", 1)[-1]
-    return name[: -len("-instruct")] if name.endswith("-instruct") else name
-
-
-def _cell_dict(cell: Cell) -> dict[str, str]:
-    return {"model": cell[0], "workload": cell[1], "config": cell[2]}
-
-
-def _index(rows: list[Row], name: str) -> dict[Cell, Row]:
-    """Rows keyed by (model, workload, config); duplicates are a producer bug."""
-    out: dict[Cell, Row] = {}
-    for row in rows:
-        key = (row["model"], row["workload"], row["config"])
-        if key in out:
-            raise ValueError(f"{name}: duplicate row for {'/'.join(key)}")
-        out[key] = row
-    return out
-
-
-def _distinct(rows: Iterable[Row], column: str) -> str:
-    values = sorted({str(r[column]) for r in rows if r.get(column) not in (None, "")})
-    return " / ".join(values) if values else "unknown"
-
-
-@dataclass(frozen=True)
-class Val:
-    """A median over repeats with its 95 % interval (None for n < 2) and n."""
-
-    point: float
-    lo: float | None = None
-    hi: float | None = None
-    n: int = 0
-
-    @property
-    def top(self) -> float:
-        return max(self.point, self.hi) if self.hi is not None else self.point
-
-    @property
-    def has_interval(self) -> bool:
-        return self.lo is not None and self.hi is not None
-
-
-@dataclass
-class Tables:
-    """Both tables of one run, indexed by cell, with the run's baseline name and repeats. ``cells`` and
-    ``speedup`` hold the cells at the article's point (all prompts at once: figures 1-8); ``at_b`` holds
-    those measured at a concurrency b (figure 9, :meth:`concurrency`)."""
-
-    run: str
-    baseline: str
-    repeats: int
-    cells: dict[Cell, Row]
-    speedup: dict[Cell, Row]
-    engine_per_repeat: bool = True
-    at_b: tuple[dict[Cell, Row], dict[Cell, Row]] = field(default_factory=lambda: ({}, {}))
-    #: models with random weights (config `weights: dummy`): their cells measure step time, never acceptance
-    dummy: frozenset[str] = frozenset()
-
-    @classmethod
-    def load(cls, tables_dir: Path, run: str) -> Tables:
-        from .tables import read_parquet
-
-        tables_dir = Path(tables_dir)
-        ctab = read_parquet(tables_dir, "cells.parquet")
-        stab = read_parquet(tables_dir, "speedup.parquet")
-        meta = {k.decode(): v.decode() for k, v in (ctab.schema.metadata or {}).items()}
-        crows = [r for r in ctab.to_pylist() if r.get("run") == run]
-        srows = [r for r in stab.to_pylist() if r.get("run") == run]
-        baseline = meta.get("specsweep.baseline") or next((r["baseline"] for r in srows if r.get("baseline")), None)
-        if not baseline:
-            raise ValueError(f"{tables_dir}: no baseline named (metadata specsweep.baseline, column baseline)")
-        repeats = int(meta.get("specsweep.repeats") or max((r.get("repeats") or 1 for r in crows), default=1))
-
-        def point(rows: list[Row], at: bool) -> list[Row]:  # tables from before the axis have no such column
-            return [r for r in rows if (r.get("concurrency") is not None) == at]
-
-        return cls(
-            run=run,
-            baseline=baseline,
-            repeats=repeats,
-            cells=_index(point(crows, False), "cells.parquet"),
-            speedup=_index(point(srows, False), "speedup.parquet"),
-            engine_per_repeat=meta.get("specsweep.engine_per_repeat", "true") != "false",
-            at_b=(_index(point(crows, True), "cells.parquet"), _index(point(srows, True), "speedup.parquet")),
-        )
-
-    @property
-    def concurrency_axis(self) -> bool:
-        return bool(self.at_b[0])
-
-    def concurrency(self) -> Tables:
-        """The cells measured at a concurrency b, as tables of their own (their rows carry `concurrency`)."""
-        return Tables(self.run, self.baseline, self.repeats, self.at_b[0], self.at_b[1], self.engine_per_repeat)
-
-    # --- structure
-
-    def model_sizes(self) -> dict[str, float | None]:
-        """model_params_b of each model of the run (None if unknown or not positive)."""
-        sizes: dict[str, float | None] = {}
-        for (model, _, _), row in sorted(self.cells.items()):
-            if sizes.get(model) is None:
-                size = _num(row.get("model_params_b"))
-                sizes[model] = size if size is not None and size > 0 else None
-        return sizes
-
-    def quantization(self, model: str) -> str | None:
-        """The model's weight quantization (config models[].quantization; None: as stored, or unknown)."""
-        for (m, _, _), row in sorted(self.cells.items()):
-            if m == model and row.get("quantization"):
-                return str(row["quantization"])
-        return None
-
-    def models(self) -> list[str]:
-        """Models of the run, smallest first (unknown sizes last, ties by name)."""
-        sizes = self.model_sizes()
-        return sorted(sizes, key=lambda m: (sizes[m] is None, sizes[m] or 0.0, m))
-
-    def has_model(self, model: str) -> bool:
-        return any(key[0] == model for key in self.cells)
-
-    def workloads(self, model: str, canonical_all: bool) -> list[str]:
-        """Workloads of ``model``; with ``canonical_all`` the six canonical ones are always included."""
-        present = [w for (m, w, _) in self.cells if m == model]
-        return _order([*present, *(WORKLOADS if canonical_all else ())], WORKLOADS)
-
-    def ladder(self, model: str, workload: str) -> list[str]:
-        """The baseline and the paper's ladder steps, then any other non-control step of this model/workload."""
-        present = [
-            c
-            for (m, w, c), row in self.cells.items()
-            if (m, w) == (model, workload) and row.get("group") != CONTROLS_GROUP
-        ]
-        return _order([*present, self.baseline, *LADDER], (self.baseline, *LADDER))
-
-    # --- values
-
-    def status(self, cell: Cell) -> str:
-        row = self.cells.get(cell)
-        return "absent" if row is None else str(row.get("status") or "missing")
-
-    def n(self, cell: Cell) -> int:
-        row = self.cells.get(cell)
-        return int(row.get("n") or 0) if row is not None else 0
-
-    def row(self, cell: Cell) -> Row | None:
-        """The cells.parquet row of a cell with at least one measurement."""
-        return self.cells.get(cell) if self.n(cell) else None
-
-    def val(self, cell: Cell, metric: str) -> Val | None:
-        """A cell's median of ``metric`` over its repeats, with interval (cells.parquet)."""
-        row = self.row(cell)
-        if row is None:
-            return None
-        point = _num(row.get(f"{metric}_median"))
-        if point is None:
-            return None
-        return Val(point, _num(row.get(f"{metric}_lo")), _num(row.get(f"{metric}_hi")), int(row["n"]))
-
-    def spd_row(self, cell: Cell) -> Row | None:
-        row = self.speedup.get(cell)
-        return row if row is not None and row.get("status") in ("ok", "partial") else None
-
-    def spd(self, cell: Cell, column: str) -> Val | None:
-        """A speedup.parquet column (speedup, K, R, R_decode, T, ...) with its interval where it has one."""
-        row = self.spd_row(cell)
-        point = _num(row.get(column)) if row is not None else None
-        if row is None or point is None:
-            return None
-        return Val(
-            point,
-            _num(row.get(f"{column}_lo")),
-            _num(row.get(f"{column}_hi")),
-            min(int(row.get("n") or 0), int(row.get("n_baseline") or 0)),
-        )
-
-    def verdict(self, cell: Cell) -> str | None:
-        row = self.spd_row(cell)
-        return None if row is None or row.get("speedup") is None else str(row.get("verdict"))
-
-    def rows_of(self, cells: Iterable[Cell]) -> list[Row]:
-        return [self.cells[c] for c in cells if c in self.cells]
-
-    def footer(self, cells: Iterable[Cell]) -> str:
-        """Footer: run, n, what a whisker is, device and vLLM (of ``cells``; of the run if none has a row)."""
-        cells = list(cells)
-        rows = [r for r in self.rows_of(cells) if r.get("n")] or [r for r in self.cells.values() if r.get("n")]
-        return (
-            f"run: {self.run} · {self.n_text(cells)} · bar/marker = median, whisker = 95 % interval (engine starts)"
-            f" · device: {_distinct(rows, 'device_name')} · vLLM {_distinct(rows, 'vllm_version')}"
-        )
-
-    def n_text(self, cells: Iterable[Cell]) -> str:
-        """The n actually used by ``cells`` (of the run if none was measured), against the repeats planned:
-        'n = 3 repeats per cell', 'n = 1 repeat per cell (3 planned)', 'n = 1–3 repeats per cell (3
-        planned; ...)'; passes on one engine are named technical replicates."""
-        cells = list(cells)
-        ns = sorted({self.n(c) for c in cells if self.n(c)}) or sorted({self.n(c) for c in self.cells if self.n(c)})
-        if not ns:
-            text = f"n = 0 ({self.repeats} planned)"
-        else:
-            span = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
-            text = f"n = {span} repeat{'s' if ns[-1] != 1 else ''} per cell"
-            if ns != [self.repeats]:
-                fewer = sum(1 for c in cells if 0 < self.n(c) < self.repeats)
-                text += f" ({self.repeats} planned" + (
-                    f"; {fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)" if len(ns) > 1 else ")"
-                )
-        if not self.engine_per_repeat:
-            text += ", passes on one engine (technical replicates)"
-        return text
-
-
-@dataclass(frozen=True)
-class KRef:
-    """K measured on a real model (another run's cells.parquet): figure 8 predicts speedup = K / R with it."""
-
-    run: str
-    model: str
-    workload: str
-    k: dict[str, Val]  # ladder step -> K (median over repeats, interval)
-
-    @classmethod
-    def load(cls, tables_dir: Path, run: str, model: str, workload: str) -> KRef:
-        data = Tables.load(tables_dir, run)
-        k = {
-            c: v for (m, w, c) in sorted(data.cells) if (m, w) == (model, workload) and (v := data.val((m, w, c), "K"))
-        }
-        return cls(run, model, workload, k)
-
-
-def _run_tables(key: str, run: str, tables_dir: Path) -> Path:
-    """Another run's tables folder, beside ``tables_dir`` (results/{run}/tables); the config key that named it
-    is in the error when it has none."""
-    from .errors import SpecsweepError
-
-    ref_tables = Path(tables_dir).resolve().parent.parent / run / "tables"
-    if not (ref_tables / "cells.parquet").is_file():
-        raise SpecsweepError(f"{key}: run '{run}' has no tables at {ref_tables}")
-    return ref_tables
-
-
-def load_k_ref(raw: dict[str, Any], tables_dir: Path) -> KRef | None:
-    """The config's predict_k_from, read from the named run's tables beside ``tables_dir`` (results/{run}/tables)."""
-    ref = raw.get("predict_k_from")
-    if not ref:
-        return None
-    ref_tables = _run_tables("predict_k_from", ref["run"], tables_dir)
-    return KRef.load(ref_tables, ref["run"], ref["model"], ref["workload"])
-
-
-def load_r_runs(raw: dict[str, Any], tables_dir: Path) -> list[Tables]:
-    """The config's r_at_scale_runs: other runs' tables beside ``tables_dir`` (results/{run}/tables), whose R
-    figure 8 plots beside this run's."""
-    return [
-        Tables.load(_run_tables("r_at_scale_runs", run, tables_dir), run) for run in raw.get("r_at_scale_runs") or []
-    ]
-
-
-def left_out_by_config(study: Any) -> dict[str, str]:
-    """The figures a run leaves out whatever its cells say, with the reason, from its config (a
-    :class:`specsweep.config.Study`): those about acceptance, K or speedup when the models they draw have random
-    weights, and those whose workload or ladder step the config lacks. In FIGURES order."""
-    dummy = dummy_models(study)
-    headline = study.raw["headline_model"]
-    workloads = {c.workload for c in study.cells if c.model == headline}
-    out: dict[str, str] = {}
-    for stem, what in NEEDS_REAL_WEIGHTS.items():
-        if stem in HEADLINE_FIGURES and headline in dummy:
-            out[stem] = f"{what}: the headline model {headline} has {RANDOM_WEIGHTS}"
-        elif stem not in HEADLINE_FIGURES and dummy and dummy >= set(study.models):
-            out[stem] = f"{what}: every model of the run has {RANDOM_WEIGHTS}"
-    if headline not in study.models:
-        for stem in HEADLINE_FIGURES:
-            out.setdefault(stem, f"the headline model {headline} is not a model of the run")
-    for stem, need in (("fig2_r_vs_k_code", "code"), ("fig3_sonnet_ladder", "sonnet")):
-        if need not in workloads:
-            out.setdefault(stem, f"no '{need}' workload for the headline model")
-    if not workloads & set(K_ALPHA_WORKLOADS):
-        out.setdefault("fig4_k_alpha", f"none of the workloads {', '.join(K_ALPHA_WORKLOADS)} for the headline model")
-    if not any(st.method in SPEC_METHODS for st in study.ladder.values()):
-        out.setdefault("fig8_r_at_scale", f"no ladder step with method {' or '.join(SPEC_METHODS)}")
-    return {stem: out[stem] for stem in FIGURES if stem in out}
-
-
-def planned_figures(study: Any) -> list[str]:
-    """The figures a run draws when all its cells are measured: those its axes give (:func:`drawn_figures`:
-    figure 9 only with a concurrency axis) less :func:`left_out_by_config`."""
-    left = left_out_by_config(study)
-    return [stem for stem in drawn_figures(bool(getattr(study, "concurrency", None))) if stem not in left]
-
-
-def dummy_models(study: Any) -> frozenset[str]:
-    """The run's models with random weights (config `weights: dummy`)."""
-    return frozenset(m for m, spec in study.models.items() if spec.weights == "dummy")
-
 
 @dataclass
 class _Needs:
@@ -507,9 +163,9 @@ class _Needs:
     def manifest(self, stem: str) -> dict[str, Any]:
         return {
             "files": [f"{stem}.png", f"{stem}.svg"],
-            "cells": [_cell_dict(c) for c in self.used],
-            "missing": [{**_cell_dict(c), "status": s} for c, s in self.missing],
-            "partial": [{**_cell_dict(c), "n": n} for c, n in self.partial],
+            "cells": [cell_dict(c) for c in self.used],
+            "missing": [{**cell_dict(c), "status": s} for c, s in self.missing],
+            "partial": [{**cell_dict(c), "n": n} for c, n in self.partial],
             "notes": list(self.notes),
         }
 
@@ -522,7 +178,7 @@ def _grid(models: Sequence[str], workloads: Sequence[str], configs: Sequence[str
 
 
 def _missing_text(missing: Sequence[tuple[Cell, str]]) -> str:
-    shown = [f"{_short(m)}/{w}/{c}" for (m, w, c), _ in missing[:MAX_MISSING_SHOWN]]
+    shown = [f"{short_model(m)}/{w}/{c}" for (m, w, c), _ in missing[:MAX_MISSING_SHOWN]]
     text = "missing cells: " + ", ".join(shown)
     if len(missing) > MAX_MISSING_SHOWN:
         text += f", +{len(missing) - MAX_MISSING_SHOWN} more (manifest.json lists all)"
@@ -995,252 +651,6 @@ def _fig4_k_alpha(ctx: _Ctx) -> _Needs:
     return needs
 
 
-def _dodge(points: list[tuple[str, float]], sep: float) -> dict[str, float]:
-    """1-D dodge: keys with log-positions ``points`` (sorted) moved apart to at least ``sep``, each cluster
-    kept centred on its own mean.  Deterministic."""
-    clusters: list[list[tuple[str, float]]] = []
-    for key, x in points:
-        if clusters:
-            last = clusters[-1]
-            centre = sum(p for _, p in last) / len(last)
-            left = centre - sep * (len(last) - 1) / 2
-            if left + sep * len(last) - x < sep - 1e-12 and x - (left + sep * (len(last) - 1)) < sep:
-                last.append((key, x))
-                continue
-        clusters.append([(key, x)])
-    # merge clusters that still overlap after spreading
-    merged = True
-    while merged:
-        merged = False
-        for i in range(len(clusters) - 1):
-            a, b = clusters[i], clusters[i + 1]
-            ca, cb = sum(p for _, p in a) / len(a), sum(p for _, p in b) / len(b)
-            if (cb - sep * (len(b) - 1) / 2) - (ca + sep * (len(a) - 1) / 2) < sep:
-                clusters[i : i + 2] = [a + b]
-                merged = True
-                break
-    out: dict[str, float] = {}
-    for cl in clusters:
-        centre = sum(p for _, p in cl) / len(cl)
-        for k, (key, _) in enumerate(cl):
-            out[key] = centre + sep * (k - (len(cl) - 1) / 2)
-    return out
-
-
-LEADER_MIN = 8.0  # pt: a label further than this from its point gets a leader line
-
-
-def _gap(bb: Any, px: float, py: float) -> float:
-    """Distance from the point (px, py) to the box bb (0 inside)."""
-    return math.hypot(max(bb.x0 - px, 0, px - bb.x1), max(bb.y0 - py, 0, py - bb.y1))
-
-
-def _box_hits(box: tuple[float, float, float, float], arr: Any) -> int:
-    """How many of the boxes ``arr`` (N x 4: x0, y0, x1, y1) the box (x0, y0, x1, y1) overlaps."""
-    if not len(arr):
-        return 0
-    return int(((arr[:, 0] < box[2]) & (box[0] < arr[:, 2]) & (arr[:, 1] < box[3]) & (box[1] < arr[:, 3])).sum())
-
-
-def _seg_hits(p: tuple[float, float], q: tuple[float, float], arr: Any) -> int:
-    """How many of the boxes ``arr`` (N x 4) the segment p-q passes through (sampled at 33 points)."""
-    import numpy as np
-
-    if not len(arr):
-        return 0
-    t = np.linspace(0.0, 1.0, 33)[:, None]
-    x, y = p[0] + (q[0] - p[0]) * t, p[1] + (q[1] - p[1]) * t
-    inside = (arr[None, :, 0] <= x) & (x <= arr[None, :, 2]) & (arr[None, :, 1] <= y) & (y <= arr[None, :, 3])
-    return int(inside.any(axis=0).sum())
-
-
-def _seg_seg(
-    p1: tuple[float, float], p2: tuple[float, float], q1: tuple[float, float], q2: tuple[float, float]
-) -> bool:
-    """Whether two segments cross (proper intersection)."""
-
-    def orient(a: tuple[float, float], b: tuple[float, float], c: tuple[float, float]) -> float:
-        return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
-
-    return (orient(p1, p2, q1) * orient(p1, p2, q2) < 0) and (orient(q1, q2, p1) * orient(q1, q2, p2) < 0)
-
-
-def _leader_start(bb: Any, px: float, py: float) -> tuple[float, float]:
-    """Where a leader from box bb towards (px, py) leaves the box (its edge on the line from the centre)."""
-    cx, cy = (bb.x0 + bb.x1) / 2, (bb.y0 + bb.y1) / 2
-    dx, dy = px - cx, py - cy
-    t = min((bb.width / 2) / abs(dx) if dx else math.inf, (bb.height / 2) / abs(dy) if dy else math.inf, 1.0)
-    return cx + dx * t, cy + dy * t
-
-
-def _plan_labels(
-    items: list[tuple[float, float, float, float, Any]], order: list[int], obstacles: list[Any], ax_box: Any, s: float
-) -> tuple[float, dict[int, Any]]:
-    """Greedy placement of label boxes in ``order``; items are (px, py, w, h, near) in display pixels.
-    Returns (cost, {item index: box}); cost counts collisions heavily, then the leaders' length."""
-    import numpy as np
-    from matplotlib.transforms import Bbox
-
-    pad = 2.0 * s
-    obs = np.array([[o.x0, o.y0, o.x1, o.y1] for o in obstacles], dtype=float).reshape(-1, 4)
-    boxes: dict[int, Any] = {}
-    placed = np.zeros((0, 4))
-    leaders: list[tuple[tuple[float, float], tuple[float, float]]] = []
-    lead_pts = np.zeros((0, 4))  # sampled leader points as tiny boxes
-    cost = 0.0
-    for idx in order:
-        px, py, w, h, near = items[idx]
-        others = (
-            obs[~((obs[:, 0] < near.x1) & (near.x0 < obs[:, 2]) & (obs[:, 1] < near.y1) & (near.y0 < obs[:, 3]))]
-            if len(obs)
-            else obs
-        )
-        best = None
-        g: float
-        for g in (3, 8, 16, 28, 44, 64, 90):
-            g *= s
-            cands = (
-                (near.x1 + g, py - h / 2),
-                (near.x0 - g - w, py - h / 2),  # right, left
-                (px - w / 2, near.y1 + g),
-                (px - w / 2, near.y0 - g - h),  # above, below
-                (near.x1 + g, near.y1 + g - h / 2),
-                (near.x1 + g, near.y0 - g - h / 2),  # right, up/down
-                (near.x0 - g - w, near.y1 + g - h / 2),
-                (near.x0 - g - w, near.y0 - g - h / 2),
-                (px, near.y1 + g),
-                (px - w, near.y1 + g),
-                (px, near.y0 - g - h),
-                (px - w, near.y0 - g - h),
-            )
-            for i, (x0, y0) in enumerate(cands):
-                inside = x0 >= ax_box.x0 and x0 + w <= ax_box.x1 and y0 >= ax_box.y0 and y0 + h <= ax_box.y1
-                grown = (x0 - pad, y0 - pad, x0 + w + pad, y0 + h + pad)
-                hits = _box_hits(grown, obs) + _box_hits(grown, placed) + _box_hits(grown, lead_pts)
-                if best is not None and (not inside, hits) > best[0][:2]:
-                    continue
-                bb = Bbox.from_bounds(x0, y0, w, h)
-                length = 0.0
-                if _gap(bb, px, py) > LEADER_MIN * s:
-                    start = _leader_start(bb, px, py)
-                    length = math.hypot(start[0] - px, start[1] - py)
-                    grown_placed = placed + np.array([-pad, -pad, pad, pad]) if len(placed) else placed
-                    hits += _seg_hits(start, (px, py), grown_placed) + _seg_hits(start, (px, py), others)
-                    hits += sum(_seg_seg(start, (px, py), p, q) for p, q in leaders)
-                score = (not inside, hits, g, i)
-                if best is None or score < best[0]:
-                    best = (score, bb, length)
-            assert best is not None  # set by the first candidate
-            if best[0][:2] == (False, 0):
-                break
-        assert best is not None
-        (outside, hits, _, _), bb, length = best
-        boxes[idx] = bb
-        placed = np.vstack([placed, [bb.x0, bb.y0, bb.x1, bb.y1]])
-        cost += 1e6 * outside + 1e4 * hits + length
-        if length:
-            start = _leader_start(bb, px, py)
-            leaders.append((start, (px, py)))
-            t = np.linspace(0.0, 1.0, 16)[1:-1, None]
-            xs, ys = start[0] + (px - start[0]) * t, start[1] + (py - start[1]) * t
-            lead_pts = np.vstack([lead_pts, np.hstack([xs - 1, ys - 1, xs + 1, ys + 1])])
-    return cost, boxes
-
-
-def _place_labels(
-    fig: Figure, ax: Axes, anchors: list[tuple[str, float, float, Any]], obstacles: list[Any], fontsize: float = 7.0
-) -> list[Any]:
-    """Place one label per anchor (text, x, y in data coords, display Bbox of what it names) beside that box,
-    nearest first, where it overlaps no other label, leader or obstacle (display Bboxes) and stays inside the
-    axes; a label set away from its point gets a leader line, and leaders do not cross.  A few fixed orders of
-    placement are tried and the cheapest layout kept: deterministic (pure geometry)."""
-    from matplotlib.text import Text
-
-    renderer = _renderer(fig)
-    ax_box = ax.get_window_extent(renderer)
-    s = fig.dpi / 72
-    items = []
-    for text, x, y, near in anchors:
-        px, py = ax.transData.transform((x, y))
-        probe = ax.annotate(
-            text, (x, y), xytext=(0, 0), textcoords="offset points", ha="left", va="bottom", fontsize=fontsize
-        )
-        probe.update_positions(renderer)
-        tb = Text.get_window_extent(probe, renderer)
-        probe.remove()
-        items.append((float(px), float(py), tb.width, tb.height, near))
-    n = len(items)
-    orders = [
-        list(range(n)),
-        list(reversed(range(n))),
-        sorted(range(n), key=lambda i: (-items[i][1], i)),
-        sorted(range(n), key=lambda i: (items[i][1], i)),
-    ]
-    best = min(
-        (_plan_labels(items, o, obstacles, ax_box, s) + (k,) for k, o in enumerate(orders)), key=lambda r: (r[0], r[2])
-    )
-    boxes = best[1]
-    placed = []
-    for idx, (text, x, y, _) in enumerate(anchors):
-        px, py = items[idx][0], items[idx][1]
-        bb = boxes[idx]
-        leader = (
-            {"arrowstyle": "-", "color": "#888888", "linewidth": 0.6, "shrinkA": 0, "shrinkB": 2}
-            if _gap(bb, px, py) > LEADER_MIN * s
-            else None
-        )
-        placed.append(
-            ax.annotate(
-                text,
-                (x, y),
-                xytext=((bb.x0 - px) / s, (bb.y0 - py) / s),
-                textcoords="offset points",
-                ha="left",
-                va="bottom",
-                fontsize=fontsize,
-                zorder=6,
-                arrowprops=leader,
-                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 0.5},
-            )
-        )
-    return placed
-
-
-def size_stats(
-    data: Tables,
-) -> tuple[
-    list[str],
-    dict[str, float],
-    list[str],
-    list[str],
-    dict[tuple[str, str], tuple[float, float | None, float | None, int]],
-]:
-    """Figure 5's numbers: models, their known sizes, the methods, the workloads common to every model, and
-    per (method, model) the geometric mean speedup over those workloads (stats.geomean), the geometric means
-    of the per-workload interval bounds (None unless every workload has an interval) and how many of the
-    common workloads have a speedup."""
-    models = [m for m in data.models() if m not in data.dummy]  # random weights: no speedup to speak of
-    known = {m: size for m in models if (size := data.model_sizes()[m]) is not None}
-    methods = [m for m in SIZE_METHODS if any(c == m for (_, _, c) in data.cells)] or list(SIZE_METHODS)
-    per_model = [set(data.workloads(m, canonical_all=False)) for m in models]
-    both = set.intersection(*per_model) if per_model else set()
-    common = [w for w in WORKLOADS if w in both] + sorted(both - set(WORKLOADS))
-    stat: dict[tuple[str, str], tuple[float, float | None, float | None, int]] = {}
-    for meth in methods:
-        for m in known:
-            got = [v for w in common if (v := data.spd((m, w, meth), "speedup")) is not None]
-            if not got:
-                continue
-            full = len(got) == len(common) and all(v.has_interval for v in got)
-            stat[(meth, m)] = (
-                cast(float, stats.geomean([v.point for v in got])),  # speedups are > 0: never None
-                stats.geomean([v.lo for v in got]) if full else None,
-                stats.geomean([v.hi for v in got]) if full else None,
-                len(got),
-            )
-    return models, known, methods, common, stat
-
-
 def _fig5_model_size(ctx: _Ctx) -> _Needs:
     from matplotlib.ticker import FuncFormatter, NullFormatter
     from matplotlib.transforms import Bbox, blended_transform_factory
@@ -1270,10 +680,10 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
                 f"{g:.4f}" + (f" [{glo:.4f}, {ghi:.4f}]" if glo is not None else "")
             )
         order = sorted(((meth, m) for (meth, m) in stat), key=lambda k: (known[k[1]], methods.index(k[0])))
-        xs = _dodge([(f"{meth}|{m}", math.log(known[m])) for meth, m in order], sep)
+        xs = dodge_1d([(f"{meth}|{m}", math.log(known[m])) for meth, m in order], sep)
         styles = {"trident": "o", "ngram": "s", "suffix": "^"}
         obstacles = []
-        renderer = _renderer(_figure(ax))
+        renderer = agg_renderer(_figure(ax))
         for meth in methods:
             pts = [(math.exp(xs[f"{meth}|{m}"]), *stat[(meth, m)]) for (mm, m) in order if mm == meth]
             if not pts:
@@ -1393,8 +803,8 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
                 max(d[0] for d in disp) + r,
                 max(d[1] for d in disp) + r,
             )
-            anchors.append((f"{_short(m)} ({known[m]:g}B)", sum(ax_) / len(ax_), sum(ay) / len(ay), near))
-        ctx.labels["fig5_model_size"] = _place_labels(_figure(ax), ax, anchors, obstacles)
+            anchors.append((f"{short_model(m)} ({known[m]:g}B)", sum(ax_) / len(ax_), sum(ay) / len(ay), near))
+        ctx.labels["fig5_model_size"] = place_labels(_figure(ax), ax, anchors, obstacles)
         ctx.markers["fig5_model_size"] = [
             (f"{meth} {m}", *_display(ax, math.exp(xs[f"{meth}|{m}"]), stat[(meth, m)][0])) for meth, m in order
         ]
@@ -1416,11 +826,6 @@ def _figure(ax: Axes) -> Figure:
     return cast("Figure", ax.figure)
 
 
-def _renderer(fig: Figure) -> RendererAgg:
-    """The renderer of a figure (every figure here is drawn on FigureCanvasAgg)."""
-    return cast("FigureCanvasAgg", fig.canvas).get_renderer()
-
-
 def _display(ax: Axes, x: float, y: float) -> tuple[float, float]:
     """A data point in display pixels."""
     px, py = ax.transData.transform((x, y))
@@ -1438,7 +843,7 @@ def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
     ]
     unmeasured = [c for c in needs.used if data.val(c, "gpu_util_mean") is None]
     if needs.used and len(unmeasured) == len(needs.used):  # a panel without data is left out, not drawn empty
-        device = _distinct(data.rows_of(needs.used), "device_name")
+        device = distinct_text(data.rows_of(needs.used), "device_name")
         panels = panels[1:]
         needs.notes.append(f"panel 'GPU utilisation' left out: gpu_util_mean null in every measured cell ({device})")
     elif unmeasured:
@@ -1491,7 +896,7 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
             preds.append((cell, p, data.val(cell, "K")))
         if not preds:
             raise LeftOut("no speculative cell with per-position acceptance counts: nothing to predict K from")
-        configs = _order([c for (_, _, c), _, _ in preds], LADDER)
+        configs = ordered([c for (_, _, c), _, _ in preds], LADDER)
         forms = (("K_linear", "o", "linear"), ("K_leviathan", "^", "Leviathan"))
         lo_v, hi_v = 1.0, 2.0
         for cfg in configs:
@@ -1641,82 +1046,6 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
     return needs
 
 
-def r_at_scale(data: Tables) -> tuple[list[str], dict[str, float], list[str], list[str]]:
-    """Figure 8's axes: the sized models (smallest first), their sizes, the speculative ladder steps among
-    ngram and suffix, and the workloads common to every sized model whose name starts with 'code' (all
-    common ones if none does)."""
-    sizes = data.model_sizes()
-    models = [m for m in data.models() if sizes[m] is not None]
-    configs = [c for c in SPEC_METHODS if any(cc == c for (_, _, cc) in data.cells)]
-    per_model = [set(data.workloads(m, canonical_all=False)) for m in models]
-    common = sorted(set.intersection(*per_model)) if per_model else []
-    code = [w for w in common if w.startswith("code")]
-    return models, {m: cast(float, sizes[m]) for m in models}, configs, code or common
-
-
-def r_value(data: Tables, cell: Cell) -> Val | None:
-    """R over decode steps where the prefill probe ran, else over all steps."""
-    return data.spd(cell, "R_decode") or data.spd(cell, "R")
-
-
-@dataclass(frozen=True)
-class RPoint:
-    """One model's R for one ladder step and workload, from the run that measured it."""
-
-    size: float
-    model: str
-    run: str
-    r: Val
-    quantization: str | None = None  # the weights' (config models[].quantization); None: as stored
-
-
-#: A line of figure 8: (ladder step, workload, weight quantization or None).
-RLine = tuple[str, str, str | None]
-
-
-def r_points(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], list[str], list[tuple[RLine, RPoint]]]:
-    """Every R figure 8 could draw, over this run and ``others``: the ladder steps (ngram, suffix), the
-    workloads (this run's, see :func:`r_at_scale`), and each sized model's R per (step, workload), whatever its
-    n, with the line it belongs to (step, workload, weight quantization), by step, workload, run, model."""
-    _, _, _, workloads = r_at_scale(data)
-    runs = [data, *others]
-    configs = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
-    sized = []  # (run, model, its size, its weights' quantization)
-    for d in runs:
-        models, sizes, _, _ = r_at_scale(d)
-        sized += [(d, m, sizes[m], d.quantization(m)) for m in models]
-    out = []
-    for cfg in configs:
-        for w in workloads:
-            for d, m, size, q in sized:
-                if (v := r_value(d, (m, w, cfg))) is not None:
-                    out.append(((cfg, w, q), RPoint(size, m, d.run, v, q)))
-    return configs, workloads, out
-
-
-def r_lines(points: Iterable[tuple[RLine, RPoint]]) -> dict[RLine, list[RPoint]]:
-    """Figure 8's lines from :func:`r_points`: per line the R of every sized model, smallest first, where R has
-    n >= 2. Each R pairs cells of its own run (like with like); quantized weights (fp8, ...) make every step
-    cheaper, so they are lines of their own, never joined to the sizes measured as stored. A model in two runs
-    with the same quantization is taken from the first that has it. Lines as stored come first."""
-    series: dict[RLine, list[RPoint]] = {}
-    seen: set[tuple[RLine, str]] = set()
-    for line, p in points:
-        if (line, p.model) in seen or p.r.n < 2:  # no R from a single repeat
-            continue
-        seen.add((line, p.model))
-        series.setdefault(line, []).append(p)
-    for pts in series.values():
-        pts.sort(key=lambda p: (p.size, p.model))
-    return {k: series[k] for k in sorted(series, key=lambda k: (k[2] is not None, k[2] or "", k[0], k[1]))}
-
-
-def r_series(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], list[str], dict[RLine, list[RPoint]]]:
-    """Figure 8's steps, workloads and lines (:func:`r_points`, then :func:`r_lines`)."""
-    configs, workloads, points = r_points(data, others)
-    return configs, workloads, r_lines(points)
-
-
 def line_label(line: RLine) -> str:
     cfg, w, q = line
     return f"{cfg} · {w}" + (f" · {q} weights" if q else "")
@@ -1727,10 +1056,10 @@ def _run_conditions(d: Tables, models: Iterable[str]) -> str:
     wanted = set(models)
     rows = [r for (m, _, _), r in sorted(d.cells.items()) if m in wanted and r.get("n")]
     tps = sorted({int(r["tp"]) for r in rows if r.get("tp") is not None})
-    tokens = sorted({round(float(r["input_tokens_mean"])) for r in rows if _num(r.get("input_tokens_mean"))})
+    tokens = sorted({round(float(r["input_tokens_mean"])) for r in rows if num(r.get("input_tokens_mean"))})
     quant = sorted({str(r["quantization"]) for r in rows if r.get("quantization")})
     return (
-        f"{_distinct(rows, 'device_name')}, vLLM {_distinct(rows, 'vllm_version')}, "
+        f"{distinct_text(rows, 'device_name')}, vLLM {distinct_text(rows, 'vllm_version')}, "
         f"TP {'/'.join(map(str, tps)) or '?'}, mean prompt {'/'.join(map(str, tokens)) or '?'} tokens"
         + (f", weights quantized to {'/'.join(quant)} on load" if quant else "")
     )
@@ -1881,32 +1210,6 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     return needs
 
 
-# ------------------------------------------------------------------------ figure 9: concurrency
-
-#: Figure 9's curve key: (model, workload, ladder step); the workload is the config's (`code`), its cells at
-#: each b are `code@b{b}`.
-Curve = tuple[str, str, str]
-
-
-def concurrency_curves(data: Tables) -> dict[Curve, list[tuple[int, Cell]]]:
-    """Figure 9's lines over ``data.concurrency()``: (model, workload, step) -> [(b, cell)] in order of b."""
-    from .crossover import base_workload
-
-    out: dict[Curve, list[tuple[int, Cell]]] = {}
-    for cell, row in sorted(data.cells.items()):
-        b = int(row["concurrency"])
-        out.setdefault((cell[0], base_workload(cell[1]), cell[2]), []).append((b, cell))
-    return {k: sorted(v) for k, v in sorted(out.items())}
-
-
-def crossovers(data: Tables) -> dict[Curve, Row]:
-    """crossover.parquet's rows of ``data.concurrency()`` (recomputed from its speedup rows, the same pure
-    function the tables use), keyed by (model, workload, step)."""
-    from .crossover import crossover_rows
-
-    return {(x["model"], x["workload"], x["step"]): x for x in crossover_rows(list(data.speedup.values()))}
-
-
 def _b_axis(ax: Axes, bs: Sequence[int]) -> None:
     """A log axis of concurrencies, ticked at the measured b in plain integers."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
@@ -1926,8 +1229,8 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
     cross = crossovers(data)
     models = [m for m in data.models() if any(k[0] == m for k in curves)]
     needs = _Needs.of(data, [c for pts in curves.values() for _, c in pts])
-    workloads = _order({k[1] for k in curves}, WORKLOADS)
-    steps = _order({k[2] for k in curves}, (data.baseline, *LADDER))
+    workloads = ordered({k[1] for k in curves}, WORKLOADS)
+    steps = ordered({k[2] for k in curves}, (data.baseline, *LADDER))
     drafters = [c for c in steps if c != data.baseline]
     styles = ("-", "--", ":", "-.")
     legend_rows = -(-(len(drafters) * len(workloads) + 1) // 2)
@@ -1958,7 +1261,7 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
                 for cfg in steps:
                     pts = curves.get((model, w, cfg), [])
                     colour = ctx.color(cfg)
-                    tpot = [(b, 1000 * t) for b, c in pts if (r := data.row(c)) and (t := _num(r.get("tpot_s_median")))]
+                    tpot = [(b, 1000 * t) for b, c in pts if (r := data.row(c)) and (t := num(r.get("tpot_s_median")))]
                     if tpot:
                         bx.plot(*zip(*tpot, strict=True), style, color=colour, marker="o", markersize=3.5,
                                 label=f"{cfg} · {w}")  # fmt: skip
@@ -2099,7 +1402,7 @@ def fig5_layout(tables_dir: Path, run: str) -> dict[str, list]:
     with _style():
         _fig5_model_size(ctx)
         fig = ctx.keep["fig5_model_size"]
-        renderer = _renderer(fig)
+        renderer = agg_renderer(fig)
         labels = []
         for ann in ctx.labels.get("fig5_model_size", []):
             ann.update_positions(renderer)

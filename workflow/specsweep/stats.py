@@ -39,12 +39,17 @@ BAND = 0.03
 #: The fewest prompts with per-request data for which the prompt bootstrap gives an interval.
 MIN_PROMPTS = 10
 
+#: The tables' `replication` of a cell whose repeats ran on one engine (`engine_per_repeat: false`): technical
+#: replicates, no interval; and of one whose repeats each had an engine start of their own.
+ONE_ENGINE = "passes on one engine"
+ENGINE_STARTS = "engine starts"
+
 VERDICT_RULE = (
     "A speedup is `faster` (`slower`) only when its whole 95 % interval (Welch t on log throughput over engine "
     "starts) lies above 1 + b (below 1 - b), `equivalent` when it lies inside [1 - b, 1 + b], else `undecided`; "
     f"the band b is {100 * BAND:.0f} % or, if larger, the measured between-engine spread (the pooled standard "
     "deviation of log throughput over the baseline's engine starts of that model, all its workloads); a cell "
-    "with fewer than 2 engine starts (`undecided (n<2)`) or whose repeats are passes on one engine "
+    f"with fewer than 2 engine starts (`undecided (n<2)`) or whose repeats are {ONE_ENGINE} "
     "(`undecided (technical replicates)`) decides nothing."
 )
 

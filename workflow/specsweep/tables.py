@@ -518,7 +518,7 @@ def cell_rows(
                     )
             starts = [r["_start"] for r in ok]
             row["n_starts"] = len(set(starts))
-            row["replication"] = "passes on one engine" if row["n_starts"] == 1 < len(ok) else "engine starts"
+            row["replication"] = stats.ONE_ENGINE if row["n_starts"] == 1 < len(ok) else stats.ENGINE_STARTS
             for m in STAT_METRICS:
                 vals = [r[m] for r in ok]
                 lo, hi = stats.cell_ci(stats.per_start(vals, starts))
@@ -645,10 +645,10 @@ def speedup_rows(
                     f"measured under different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)"
                 )
         metrics = ("output_tok_s", "step_time_ms", "decode_step_time_ms", "tokens_per_step")
-        technical = "passes on one engine" in (c["replication"], base["replication"])
+        technical = stats.ONE_ENGINE in (c["replication"], base["replication"])
         row |= {
             "status": "ok" if c["status"] == "ok" and base["status"] == "ok" else "partial",
-            "replication": "passes on one engine" if technical else "engine starts",
+            "replication": stats.ONE_ENGINE if technical else stats.ENGINE_STARTS,
         }
         row |= compare_cells(
             c,
@@ -801,8 +801,8 @@ def _replication(r: dict[str, Any]) -> str:
     if not n:
         return "–"
     if n == starts:
-        return "engine starts"
-    return f"{n} passes on one engine" if starts == 1 else f"{n} passes on {starts} engines"
+        return stats.ENGINE_STARTS
+    return f"{n} {stats.ONE_ENGINE}" if starts == 1 else f"{n} passes on {starts} engines"
 
 
 def summary_markdown(
