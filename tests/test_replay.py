@@ -222,8 +222,20 @@ def test_advise_predicts_from_replay_and_measured_R(tmp_path):
     adv = advise.advise([path], tables, "smollm2-135m-instruct")
     (row,) = adv["rows"]
     assert row["concurrency"] is None and row["speedup"] == pytest.approx(row["T"] / row["R"])
-    assert row["speedup_lo"] <= row["speedup"] <= row["speedup_hi"]
+    # that run measured each cell on one engine start: R has no interval, so neither has the prediction
+    assert row["speedup_lo"] is None and row["speedup_hi"] is None
+    assert adv["recommendation"][0].endswith("undecided (R measured on one engine start: no interval)")
     assert "What the prediction assumes" in advise.markdown(adv)
+    # R from 3 engine starts per point (the concurrency run, code): an interval around the point at every b
+    runs = Path(__file__).resolve().parents[1] / "results" / "h200-smollm2-concurrency" / "tables"
+    adv = advise.advise([path], runs, "smollm2-135m-instruct", "code")
+    assert [r["concurrency"] for r in adv["rows"]] == [1, 4, 16, 64, 256]
+    for r in adv["rows"]:
+        assert r["n"] == 3 and r["speedup_lo"] < r["speedup"] < r["speedup_hi"]
+    figure = tmp_path / "advice.svg"
+    advise.figure(adv, figure)
+    advise.figure(adv, tmp_path / "again.svg")
+    assert figure.read_bytes() == (tmp_path / "again.svg").read_bytes()  # deterministic
     with pytest.raises(SpecsweepError, match="no measured step times of ngram .* configs that measure it: .*yaml"):
         advise.advise([path], tables, "qwen2.5-7b-instruct")
 
