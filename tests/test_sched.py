@@ -77,7 +77,9 @@ def test_slot_pools_and_cpu_sets(monkeypatch):
     for name in ("SPECSWEEP_SLOTS", "SPECSWEEP_SLOT_LIMIT", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
     assert slot_pool("cpu") == SlotPool(("0",), 1, "virtual")
-    monkeypatch.setenv("SPECSWEEP_SLOT_LIMIT", "2")  # --resources gpu=2
+    monkeypatch.setenv("SPECSWEEP_SLOT_LIMIT", "2")  # --resources gpu=2: on the CPU, no virtual slots by itself
+    assert slot_pool("cpu") == SlotPool(("0",), 1, "virtual")
+    monkeypatch.setenv("SPECSWEEP_SLOTS", "2")
     assert slot_pool("cpu") == SlotPool(("0", "1"), 2, "virtual")
     monkeypatch.setenv("SPECSWEEP_SLOTS", "4")
     assert slot_pool("cpu") == SlotPool(("0", "1", "2", "3"), 2, "virtual")
@@ -244,6 +246,8 @@ def test_two_engines_on_two_slots_measure_like_a_serial_run(tmp_path, sonnet, sm
     ):
         work = tmp_path / name
         work.mkdir()
+        if side:  # two virtual slots on the CPU (else one, whatever gpu=N a profile grants)
+            monkeypatch.setenv("SPECSWEEP_SLOTS", "2")
         cfg = _sched_config(smoke_cfg, sonnet, "sched") | {"side_by_side": side}
         cfg_path = prepare_workdir(work, cfg, smollm2)
         t0 = time.time()

@@ -15,7 +15,7 @@ Engine hosts (enginehost.py) are keyed by the slots they hold: `slot_pool` says 
 engine folder share and how many they may hold at once (Snakemake's grant, `--resources gpu=N`, exported by
 the workflow as SPECSWEEP_SLOT_LIMIT), `cpu_set` gives each slot a CPU set of its own, and a host takes the
 node lock files of exactly the GPUs it was given (SPECSWEEP_HOST_SLOTS). On the CPU the slots are virtual:
-SPECSWEEP_SLOTS of them (else as many as granted, else one), each with its share of the CPUs.
+SPECSWEEP_SLOTS of them (else one), at most as many held as granted, each with its share of the CPUs.
 """
 
 from __future__ import annotations
@@ -309,10 +309,12 @@ def export_slot_limit(granted: int | None) -> None:
 def slot_pool(device: str) -> SlotPool:
     """The pool of this job's engine folder: on a GPU node the GPUs CUDA_VISIBLE_DEVICES gives (a scheduler
     confined the job) or else the node's (SPECSWEEP_GPU_IDS, NVML); on the CPU SPECSWEEP_SLOTS virtual slots,
-    else as many as granted, else one. At most as many held at once as Snakemake grants."""
+    else one. At most as many held at once as Snakemake grants."""
     limit = slot_limit()
     if device != "gpu":
-        n = _positive_int("SPECSWEEP_SLOTS") or limit or 1
+        # virtual slots only when asked for: a profile's `--resources gpu=8` (the default profile's, applied to
+        # every run) must not keep eight CPU engines alive on a laptop
+        n = _positive_int("SPECSWEEP_SLOTS") or 1
         return SlotPool(tuple(str(i) for i in range(n)), min(n, limit or n), "virtual")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
