@@ -405,10 +405,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     drafter = replay.Drafter.from_speculative(spec, args.max_model_len or engine.get("max_model_len"))
     concurrency = args.concurrency or engine.get("max_num_seqs")
     budget = args.token_budget or engine.get("max_num_batched_tokens")
-    run = replay.run_replay(requests, drafter, args.schedule, concurrency, budget)
-    plain = replay.run_replay(requests, None, args.schedule, concurrency, budget)
-    doc = replay.report(run, drafter, args.schedule, source, args.seed, plain.engine_steps)
-    doc["concurrency"], doc["token_budget"] = concurrency, budget
+    doc = replay.replay_report(requests, drafter, args.schedule, concurrency, budget, source, args.seed)
     atomic_write_json(Path(args.out), doc)
     o = doc["overall"]
     k = "n/a" if o["K"] is None else f"{o['K']:.3f} [{o['K_ci'][0]:.3f}, {o['K_ci'][1]:.3f}]"

@@ -478,6 +478,24 @@ def report(
     }
 
 
+def replay_report(
+    requests: Sequence[Request],
+    drafter: Drafter,
+    schedule: str,
+    concurrency: int | None,
+    token_budget: int | None,
+    source: str,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Replay with and without the drafter on one schedule, and the report of it (T from the two), with the
+    schedule's concurrency and token budget: what `specsweep replay` writes and `specsweep validate` compares."""
+    run = run_replay(requests, drafter, schedule, concurrency, token_budget)
+    plain = run_replay(requests, None, schedule, concurrency, token_budget)
+    doc = report(run, drafter, schedule, source, seed, plain.engine_steps)
+    doc["concurrency"], doc["token_budget"] = concurrency, token_budget
+    return doc
+
+
 # ---------------------------------------------------------------------------------------------- traffic files
 
 

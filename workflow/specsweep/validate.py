@@ -95,23 +95,20 @@ def replay_cell(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     drafter = replay.Drafter.from_speculative(dict(spec), engine.get("max_model_len"))
     b = doc["settings"]["workload"].get("concurrency") or engine.get("max_num_seqs")
     budget = engine.get("max_num_batched_tokens")
-    run = replay.run_replay(requests, drafter, "lockstep", b, budget)
-    plain = replay.run_replay(requests, None, "lockstep", b, budget)
-    rep = replay.report(run, drafter, "lockstep", str(path), 0, plain.engine_steps)
-    rep["concurrency"], rep["token_budget"] = b, budget
-    return doc, rep
+    return doc, replay.replay_report(requests, drafter, "lockstep", b, budget, str(path))
 
 
 def _f(x: Any) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def replay_rows(cells_dir: Path) -> tuple[list[dict[str, Any]], dict[tuple[str, str, str, int | None], Path]]:
-    """One row per replayed cell, and the replay reports of repeat 1 written to a temporary folder, keyed by
+def replay_rows(
+    cells_dir: Path, tmp: Path
+) -> tuple[list[dict[str, Any]], dict[tuple[str, str, str, int | None], Path]]:
+    """One row per replayed cell, and the replay reports of repeat 1 written to the folder tmp, keyed by
     (model, workload, method, concurrency) for the advisor."""
     rows: list[dict[str, Any]] = []
     reports: dict[tuple[str, str, str, int | None], Path] = {}
-    tmp = Path(tempfile.mkdtemp(prefix="specsweep-validate-"))
     for path in _cell_files(cells_dir):
         got = replay_cell(path)
         if got is None:
@@ -332,10 +329,11 @@ def validate(cells_dir: Path, tables: Path, out: Path, config_dir: Path | None =
         raise SpecsweepError(f"validate: {cells_dir} is not a folder of cells")
     if not (Path(tables) / "speedup.parquet").is_file():
         raise SpecsweepError(f"validate: {tables} holds no speedup.parquet (run `specsweep tables` first)")
-    replays, reports = replay_rows(Path(cells_dir))
-    if not replays:
-        raise SpecsweepError(f"validate: no drafter cell under {cells_dir} stores token ids (replay_tokens)")
-    adv = advise_rows(Path(tables), reports, config_dir)
+    with tempfile.TemporaryDirectory(prefix="specsweep-validate-") as tmp:
+        replays, reports = replay_rows(Path(cells_dir), Path(tmp))
+        if not replays:
+            raise SpecsweepError(f"validate: no drafter cell under {cells_dir} stores token ids (replay_tokens)")
+        adv = advise_rows(Path(tables), reports, config_dir)
     run = Path(cells_dir).resolve().parent.name
     meta = {"specsweep": "validate", "run": run}
     files = {
