@@ -27,6 +27,19 @@ def test_generated_blocks_match_their_sources():
     assert docs.stale(ROOT) == []
 
 
+def test_an_empty_generated_block_is_filled(tmp_path):
+    """A block whose end marker follows on the next line is stale, and `refresh` fills it (it was once
+    skipped, leaving a run page with an empty block)."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "src.md").write_text("the source's text\n")
+    page = tmp_path / "README.md"
+    page.write_text("before\n<!-- generated: src.md -->\n<!-- end generated -->\nafter\n")
+    assert docs.stale(tmp_path) == ["README.md: src.md"]
+    docs.refresh(tmp_path)
+    assert page.read_text() == "before\n<!-- generated: src.md -->\nthe source's text\n<!-- end generated -->\nafter\n"
+    assert docs.stale(tmp_path) == []
+
+
 def test_readme_is_a_user_guide():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 250, f"README.md has {len(lines)} lines"

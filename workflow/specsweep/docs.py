@@ -30,7 +30,8 @@ import yaml
 from . import claims, stats
 
 ROOT = Path(__file__).resolve().parents[2]
-BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(\n<!-- end generated -->)", re.S)
+#: A block; an empty one (its end marker on the next line) matches too, so that it is filled, not skipped.
+BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)\n?(<!-- end generated -->)", re.S)
 RUN_PAGES = "docs/runs"
 #: Run pages that are not runs.
 NOT_RUNS = ("README",)
@@ -71,7 +72,7 @@ def refresh(root: Path = ROOT) -> list[Path]:
     changed = []
     for path in doc_files(root):
         text = path.read_text()
-        new = BLOCK.sub(lambda m: m.group(1) + expected(root, m.group(2)) + m.group(4), text)
+        new = BLOCK.sub(lambda m: m.group(1) + expected(root, m.group(2)) + "\n" + m.group(4), text)
         if new != text:
             path.write_text(new)
             changed.append(path)
