@@ -176,3 +176,22 @@ def test_concurrency_adds_cells_and_keeps_the_default_ones(paper_cfg):
     # the schedule keeps every b of an engine adjacent to its workload's own cell
     order = [c.workload for c, r in study.schedule() if (c.model, c.config, r) == ("opt-125m", "ngram", 1)]
     assert order[order.index("code") : order.index("code") + 4] == ["code", "code@b1", "code@b16", "code@b256"]
+
+
+def test_suffix_cache_after_warmup_is_hashed_only_where_it_changes_a_measurement(paper_cfg):
+    """`suffix_cache_after_warmup`: `empty` (the default) is part of the suffix cells' settings only; `keep`
+    (how runs were measured before the key existed) adds nothing, so those runs' settings hashes stay; any other
+    value is refused by name."""
+    from specsweep.jsonio import sha256_obj
+
+    empty = build_study(copy.deepcopy(paper_cfg))
+    keep = build_study(_set(paper_cfg, "suffix_cache_after_warmup", "keep"))
+    for cell in empty.cells:
+        method = empty.ladder[cell.config].method
+        got = empty.cell_settings(cell).get("suffix_cache_after_warmup")
+        assert got == ("empty" if method == "suffix" else None), cell
+        assert "suffix_cache_after_warmup" not in keep.cell_settings(cell)
+        same = sha256_obj(empty.cell_settings(cell)) == sha256_obj(keep.cell_settings(cell))
+        assert same == (method != "suffix"), cell
+    with pytest.raises(SpecsweepError, match="suffix_cache_after_warmup"):
+        build_study(_set(paper_cfg, "suffix_cache_after_warmup", "drop"))

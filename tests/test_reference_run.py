@@ -35,8 +35,8 @@ RUNS = {
     # concurrency: the 8B shape at b = 1..256 on code-t1/code-greedy, 3 engine starts per ladder step (the cells
     # of all prompts at once were not measured)
     "h200-concurrency": ("config/h200-concurrency.yaml", 48),
-    # concurrency with the real SmolLM2: code at b = 1..256 with 3 engine starts per ladder step, sonnet with 1-2
-    # (not measured further), chat and the cells of all prompts at once not measured
+    # concurrency with the real SmolLM2: code at b = 1..256 with 3 engine starts per ladder step, sonnet with 1-2,
+    # chat at b = 1 and 256 with 2-3; chat's other b and the cells of all prompts at once not measured
     "h200-smollm2-concurrency": ("config/h200-smollm2-concurrency.yaml", 54),
 }
 

@@ -292,7 +292,16 @@ class Study:
             "warmup_prompts": self.raw["warmup_prompts"],
             "env": dict(self.raw["env"]) | dict(step.env or {}),
             "seed": self.raw["seed"],
-        }
+        } | self.suffix_cache_setting(cell)
+
+    def suffix_cache_setting(self, cell: Cell) -> dict[str, str]:
+        """What a suffix cell's drafter may draft from after the warm-up, where it is hashed: only for suffix
+        steps, and only when the warm-up's responses are evicted (`keep`, the behaviour of cells measured before
+        the key existed, adds nothing, so their settings hash is unchanged)."""
+        mode = self.raw.get("suffix_cache_after_warmup", "empty")
+        if self.ladder[cell.config].method != "suffix" or mode == "keep":
+            return {}
+        return {"suffix_cache_after_warmup": mode}
 
 
 # --------------------------------------------------------------------------------------------- loading

@@ -263,6 +263,12 @@ class Engine:
         if warm_ids:
             llm.generate([TokensPrompt(prompt_token_ids=i) for i in warm_ids], params(wl["warmup"]), use_tqdm=False)
         warmup_s = time.perf_counter() - t1
+        if warm_ids and self.study.suffix_cache_setting(cell).get("suffix_cache_after_warmup") == "empty":
+            # the warm-up's responses would stay in the global suffix cache and be drafted from in the timed
+            # pass (a cell at b = 1 times 4 requests after 8 warm-up ones); evict them, so the cache holds only
+            # the timed pass's own responses, as on a fresh engine and as `specsweep replay` assumes
+            evicted = sum(int(n or 0) for n in llm.collective_rpc(_evict_suffix_cache))
+            resets = resets | {"after_warmup": {"suffix_responses_evicted": evicted}}
 
         prompts = [TokensPrompt(prompt_token_ids=i) for i in timed_ids]
         before = metrics.snapshot(llm.get_metrics())
