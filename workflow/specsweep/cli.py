@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import paths
 from .errors import SpecsweepError
 
 
@@ -54,8 +55,6 @@ def _study(args: argparse.Namespace):
 
 
 def cmd_cells(args: argparse.Namespace) -> int:
-    from . import paths
-
     study = _study(args)
     order = study.schedule()
     for cell, r in order:
@@ -122,8 +121,6 @@ def cmd_code_hash(args: argparse.Namespace) -> int:
 
 def _key_from_path(study: Any, out: Path):
     """results/{run}/cells/{model}/{workload}/{config}/r{n}.json -> (root, Key), checked against the config."""
-    from . import paths
-
     root, key = paths.parse(out)
     if key.run != study.run:
         raise SpecsweepError(f"cell path {out}: run '{key.run}' is not the config's run '{study.run}'")
@@ -222,7 +219,7 @@ def cmd_engine_host(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight_cell(args: argparse.Namespace) -> int:
-    from . import paths, preflight
+    from . import preflight
 
     study = _study(args)
     out = Path(args.out)
@@ -241,7 +238,7 @@ def cmd_preflight_report(args: argparse.Namespace) -> int:
     from . import preflight
 
     study = _study(args)
-    summary = preflight.report(study, Path(args.results), Path(args.results) / study.run / "preflight")
+    summary = preflight.report(study, Path(args.results), paths.preflight_dir(study.run, args.results))
     print(json.dumps(summary, sort_keys=True))
     return 0
 
@@ -362,7 +359,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
         write_captions(
             Path(args.tables),
             study.raw["headline_model"],
-            staged / "captions",
+            staged / paths.CAPTIONS,
             r_runs=r_runs,
             dummy=dummy,
             left_out=manifest["left_out"],
@@ -435,9 +432,9 @@ def cmd_advise(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from . import validate
 
-    cells_dir = Path(args.results) / args.run / "cells"
-    tables = Path(args.tables) if args.tables else Path(args.results) / args.run / "tables"
-    out = Path(args.out) if args.out else Path(args.results) / args.run / "validation"
+    cells_dir = paths.cells_dir(args.run, args.results)
+    tables = Path(args.tables) if args.tables else paths.tables_dir(args.run, args.results)
+    out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation"
     got = validate.validate(cells_dir, tables, out, Path(args.configs) if args.configs else None)
     print(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
     return 0

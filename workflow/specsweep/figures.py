@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from . import stats
 from .labels import agg_renderer, dodge_1d, place_labels
+from .paths import FIGURES_MANIFEST
 from .view import (
     ARTICLE_R_BAND,
     CONCURRENCY_FIGURE,
@@ -1388,7 +1389,7 @@ def render_all(
         "left_out": {stem: skipped[stem] for stem in FIGURES if stem in skipped},
     }
     text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    _atomic_write(out_dir / "manifest.json", lambda fh: fh.write(text.encode("utf-8")))
+    _atomic_write(out_dir / FIGURES_MANIFEST, lambda fh: fh.write(text.encode("utf-8")))
     return manifest
 
 

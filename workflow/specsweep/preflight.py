@@ -334,10 +334,11 @@ def report(study: Study, root: Path | str, out_dir: Path) -> dict[str, Any]:
         ]
         lines.append("| " + " | ".join(_fmt(c) for c in cells_) + " |")
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out_dir / "report.md", ("\n".join(lines) + "\n").encode())
-    atomic_write_bytes(out_dir / "report.parquet", _parquet_bytes(table))
+    md, parquet, summary_json = paths.PREFLIGHT_REPORT
+    atomic_write_bytes(out_dir / md, ("\n".join(lines) + "\n").encode())
+    atomic_write_bytes(out_dir / parquet, _parquet_bytes(table))
     summary = {"run": study.run, "cells": counts, "engines": verdicts}
-    atomic_write_json(out_dir / "summary.json", summary)
+    atomic_write_json(out_dir / summary_json, summary)
     return summary
 
 

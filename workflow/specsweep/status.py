@@ -25,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from . import paths
 from .config import Study
 
 STATES = ("done", "failed", "stale", "left")
@@ -38,8 +39,8 @@ def outputs(study: Study, results: Path) -> dict[str, Any]:
     from .jsonio import read_json
     from .tables import MANIFEST, checked_bytes, manifest_sha256
 
-    tables = Path(results) / study.run / "tables"
-    figures = Path(results).parent / "figures" / study.run
+    tables = paths.tables_dir(study.run, results)
+    figures = paths.figures_dir(study.run, Path(results).parent)
     doc: dict[str, Any] = {"tables": str(tables), "tables_problem": None, "figures": str(figures)}
     have = manifest_sha256(tables)
     try:
@@ -49,13 +50,13 @@ def outputs(study: Study, results: Path) -> dict[str, Any]:
     except SpecsweepError as exc:
         doc["tables_problem"] = str(exc)
     state, problem = "current", None
-    if not (figures / "manifest.json").is_file():
+    if not (figures / paths.FIGURES_MANIFEST).is_file():
         state = "not drawn"
     elif have is None:
         state = "no tables"
     else:
         try:
-            drawn = read_json(figures / "manifest.json", "figures manifest").get("tables_manifest_sha256")
+            drawn = read_json(figures / paths.FIGURES_MANIFEST, "figures manifest").get("tables_manifest_sha256")
         except (SpecsweepError, AttributeError):
             drawn = None
         if drawn is None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from . import stats
+from . import paths, stats
 from .claims import R_BAND
 from .config import SPEC_METHODS
 
@@ -336,7 +336,7 @@ def _run_tables(key: str, run: str, tables_dir: Path) -> Path:
     is in the error when it has none."""
     from .errors import SpecsweepError
 
-    ref_tables = Path(tables_dir).resolve().parent.parent / run / "tables"
+    ref_tables = paths.tables_dir(run, Path(tables_dir).resolve().parent.parent)
     if not (ref_tables / "cells.parquet").is_file():
         raise SpecsweepError(f"{key}: run '{run}' has no tables at {ref_tables}")
     return ref_tables
