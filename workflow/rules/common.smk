@@ -285,21 +285,7 @@ def cell_settings_hash(wildcards) -> str:
     )
 
 
-def _workload_hash(name: str) -> str:
-    spec = STUDY.workload_raw(name)
-    parts = {p: STUDY.workload_raw(p) for p in (spec.get("parts") or {})}
-    return sha256_obj(
-        [
-            spec,
-            parts,
-            STUDY.raw["seed"],
-            STUDY.raw["warmup_prompts"],
-            STUDY.raw["corpus"]["sha256"],
-        ]
-    )[:12]
-
-
-WORKLOAD_HASH = {name: _workload_hash(name) for name in STUDY.workloads}
+WORKLOAD_HASH = {name: STUDY.workload_hash(name) for name in STUDY.workloads}
 # The cells of one engine (the config's engine_per_repeat) form one Snakemake group. A local run ignores groups;
 # on a cluster, the SLURM profile's group-components puts a group's cells into one job, and its `engine`
 # resource (scoped local, one per job) runs them there one after the other, so the engine starts once per job

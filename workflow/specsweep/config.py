@@ -20,6 +20,7 @@ import yaml
 from .architectures import load_architecture, tp_problems
 from .errors import SpecsweepError
 from .fetch import hub_url, is_hub_id
+from .jsonio import sha256_obj
 from .paths import at_concurrency, split_workload
 from .preflight_checks import check_env
 from .safeyaml import check_data, load_yaml
@@ -257,6 +258,16 @@ class Study:
         default cells (adding concurrencies to a workload changes neither its workload file nor those cells'
         hash)."""
         return {k: v for k, v in self.raw["workloads"][name].items() if k not in AXIS_KEYS}
+
+    def workload_hash(self, name: str) -> str:
+        """The 12 hex digits in the name of a workload's file (paths.WORKLOAD's `whash`): the hash of everything
+        its prompts are made from (its entry and those of its parts, the seed, the warm-up count, the corpus),
+        so that a changed setting names a new file instead of reusing a stale one."""
+        spec = self.workload_raw(name)
+        parts = {p: self.workload_raw(p) for p in (spec.get("parts") or {})}
+        return sha256_obj([spec, parts, self.raw["seed"], self.raw["warmup_prompts"], self.raw["corpus"]["sha256"]])[
+            :12
+        ]
 
     def cell_settings(self, cell: Cell) -> dict[str, Any]:
         """Everything that defines how a cell runs: hashed into the cell's config_sha256."""
