@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import stats
 from .errors import SpecsweepError
 from .jsonio import atomic_write_bytes
 from .view import (
@@ -306,14 +307,14 @@ def captions(
         run = (meta.get(b"specsweep.run") or b"").decode() or ctab.column("run")[0].as_py()
     data = Tables.load(Path(tables), run)
     data.dummy = frozenset(dummy)
-    per_engine = "each repeat on its own engine start" if data.engine_per_repeat else "caches reset between passes"
 
     def footer(d: Tables) -> str:
         """The run's conditions and n, from the cells a caption's figure draws (figure 9: those at a b)."""
         mine = [c for c in d.cells if c[0] == headline]
         device = next((r["device_name"] for r in d.rows_of(mine) if r.get("device_name")), "unknown device")
         foot = (
-            f"\n\nModel **{_e(headline)}** on {_e(device)}; {_e(d.n_text(mine))}, {per_engine}: "
+            f"\n\nModel **{_e(headline)}** on {_e(device)}; {_e(d.n_text(mine, with_replication=False))}, "
+            f"{_e(stats.REPEATS_ARE[d.replication])}: "
             "medians with [95 % intervals over engine starts; none below 2 starts]."
         )
         missing = [f"{_e(w)}/{_e(c)}" for (_, w, c) in mine if not d.n((headline, w, c))]

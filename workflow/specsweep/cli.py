@@ -441,6 +441,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from .config import SPEC_METHODS
+
     p = argparse.ArgumentParser(prog="specsweep", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -558,7 +560,7 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--cell", help="a real-weight cell (r{n}.json) with its token file; its drafter settings")
     sp.add_argument("--tokenizer", help="the model's tokenizer folder (checked against a cell's)")
     sp.add_argument("--out", required=True, help="the replay report (JSON)")
-    sp.add_argument("--method", choices=["ngram", "suffix"])
+    sp.add_argument("--method", choices=SPEC_METHODS)
     sp.add_argument("--num-speculative-tokens", type=int)
     sp.add_argument("--prompt-lookup-min", type=int, help="ngram (vLLM's default: 5 when neither is given)")
     sp.add_argument("--prompt-lookup-max", type=int)

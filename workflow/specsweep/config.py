@@ -24,6 +24,7 @@ from .jsonio import sha256_obj
 from .paths import at_concurrency, split_workload
 from .preflight_checks import check_env
 from .safeyaml import check_data, load_yaml
+from .stats import ENGINE_STARTS, ONE_ENGINE
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 BASE_KINDS = ("sonnet", "chat", "code")
@@ -141,9 +142,24 @@ class Study:
 
     @property
     def engine_per_repeat(self) -> bool:
-        """True (default): every repeat of a (model, ladder step) gets its own engine start. False: the repeats
-        are passes on one engine (reset between passes), for engines too costly to start per repeat."""
+        """The config key, as the scheduler reads it: True (default), every repeat of a (model, ladder step) gets
+        its own engine start; False, one engine per (model, ladder step) runs its repeats as passes (reset
+        between passes), for engines too costly to start per repeat. What that means for the results is
+        `replication`."""
         return bool(self.raw["engine_per_repeat"])
+
+    @property
+    def replication(self) -> str:
+        """What the run's repeats are: stats.ENGINE_STARTS (engine_per_repeat, the default: each repeat its own
+        engine start, the unit of replication) or stats.ONE_ENGINE (passes on one engine: technical replicates,
+        never counted as n, deciding no verdict). The tables, claims, figures and captions say it from here;
+        stats.REPEATS_ARE is its wording."""
+        return ENGINE_STARTS if self.engine_per_repeat else ONE_ENGINE
+
+    @property
+    def technical_replicates(self) -> bool:
+        """Whether the repeats are passes on one engine (replication stats.ONE_ENGINE)."""
+        return self.replication == ONE_ENGINE
 
     @property
     def side_by_side(self) -> bool:

@@ -818,12 +818,7 @@ def summary_markdown(
     lines = [f"# specsweep run `{study.run}`", ""]
     done = sum(1 for r in crow if r["status"] == "ok")
     n_meas = sum(r["n"] for r in crow)
-    engines = (
-        "every repeat on its own engine start"
-        if study.engine_per_repeat
-        else "the repeats are passes on one engine per (model, ladder step), caches reset between them: technical "
-        "replicates, not counted as n"
-    )
+    engines = stats.REPEATS_ARE[study.replication]
     lines.append(
         f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
         f"{study.repeats} repeat(s) each, {engines}). n = engine starts. Medians over repeats; "
@@ -924,7 +919,7 @@ def build_tables(
         "specsweep.run": study.run,
         "specsweep.repeats": str(study.repeats),
         "specsweep.baseline": study.baseline,
-        **({} if study.engine_per_repeat else {"specsweep.engine_per_repeat": "false"}),
+        **({} if study.replication == stats.ENGINE_STARTS else {REPLICATION_META: "false"}),
         "specsweep.allow_mismatch": json.dumps(allow_mismatch),
         "specsweep.mismatches": json.dumps(mismatches, sort_keys=True),
         "specsweep.allow_stale": json.dumps(allow_stale),
@@ -999,6 +994,15 @@ def checked_bytes(tables_dir: Path, name: str) -> bytes:
                 "changed since the tables were written); rebuild the tables (snakemake, or specsweep tables)"
             )
     return data
+
+
+#: The tables' metadata key of a run whose repeats are passes on one engine ("false"; absent: engine starts).
+REPLICATION_META = "specsweep.engine_per_repeat"
+
+
+def replication_of(meta: dict[str, str]) -> str:
+    """A run's replication (config.Study.replication) from its tables' metadata."""
+    return stats.ONE_ENGINE if meta.get(REPLICATION_META) == "false" else stats.ENGINE_STARTS
 
 
 def read_parquet(tables_dir: Path, name: str) -> pa.Table:

@@ -154,14 +154,15 @@ class Tables:
     repeats: int
     cells: dict[Cell, Row]
     speedup: dict[Cell, Row]
-    engine_per_repeat: bool = True
+    #: what the run's repeats are (config.Study.replication): stats.ENGINE_STARTS or stats.ONE_ENGINE
+    replication: str = stats.ENGINE_STARTS
     at_b: tuple[dict[Cell, Row], dict[Cell, Row]] = field(default_factory=lambda: ({}, {}))
     #: models with random weights (config `weights: dummy`): their cells measure step time, never acceptance
     dummy: frozenset[str] = frozenset()
 
     @classmethod
     def load(cls, tables_dir: Path, run: str) -> Tables:
-        from .tables import read_parquet
+        from .tables import read_parquet, replication_of
 
         tables_dir = Path(tables_dir)
         ctab = read_parquet(tables_dir, "cells.parquet")
@@ -183,7 +184,7 @@ class Tables:
             repeats=repeats,
             cells=_index(point(crows, False), "cells.parquet"),
             speedup=_index(point(srows, False), "speedup.parquet"),
-            engine_per_repeat=meta.get("specsweep.engine_per_repeat", "true") != "false",
+            replication=replication_of(meta),
             at_b=(_index(point(crows, True), "cells.parquet"), _index(point(srows, True), "speedup.parquet")),
         )
 
@@ -193,7 +194,7 @@ class Tables:
 
     def concurrency(self) -> Tables:
         """The cells measured at a concurrency b, as tables of their own (their rows carry `concurrency`)."""
-        return Tables(self.run, self.baseline, self.repeats, self.at_b[0], self.at_b[1], self.engine_per_repeat)
+        return Tables(self.run, self.baseline, self.repeats, self.at_b[0], self.at_b[1], self.replication)
 
     # --- structure
 
@@ -292,10 +293,11 @@ class Tables:
             f" · device: {distinct_text(rows, 'device_name')} · vLLM {distinct_text(rows, 'vllm_version')}"
         )
 
-    def n_text(self, cells: Iterable[Cell]) -> str:
+    def n_text(self, cells: Iterable[Cell], with_replication: bool = True) -> str:
         """The n actually used by ``cells`` (of the run if none was measured), against the repeats planned:
         'n = 3 repeats per cell', 'n = 1 repeat per cell (3 planned)', 'n = 1–3 repeats per cell (3
-        planned; ...)'; passes on one engine are named technical replicates."""
+        planned; ...)'; passes on one engine are named technical replicates (unless ``with_replication`` is
+        false: the caller says the replication itself)."""
         cells = list(cells)
         ns = sorted({self.n(c) for c in cells if self.n(c)}) or sorted({self.n(c) for c in self.cells if self.n(c)})
         if not ns:
@@ -308,8 +310,8 @@ class Tables:
                 text += f" ({self.repeats} planned" + (
                     f"; {fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)" if len(ns) > 1 else ")"
                 )
-        if not self.engine_per_repeat:
-            text += f", {stats.ONE_ENGINE} (technical replicates)"
+        if with_replication and self.replication != stats.ENGINE_STARTS:
+            text += f", {stats.REPEATS_ARE[self.replication]}"
         return text
 
 
