@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from . import stats
+from .claims import R_BAND
 from .errors import SpecsweepError
 from .jsonio import atomic_write_bytes
 from .view import (
-    ARTICLE_R_BAND,
     CONCURRENCY_FIGURE,
     FIGURES,
     HEADLINE_CONFIG,
@@ -231,7 +231,7 @@ def _fig8(data: Tables, _: str, others: Sequence[Tables] = ()) -> str:
         for (cfg, w, q), pts in series.items()
     ]
     runs = sorted({p.run for pts in series.values() for p in pts})
-    lo, hi = ARTICLE_R_BAND
+    lo, hi = R_BAND
     return (
         f"R (step time over {_e(data.baseline)}'s, decode steps where probed) per model size: "
         + ("; ".join(per) or "none measured")

@@ -50,7 +50,7 @@ from typing import Any
 from . import stats
 from .config import Study
 
-#: C6: the article's R for Llama-3.3-70B at TP 8 (also figure 8's band, specsweep.view.ARTICLE_R_BAND).
+#: C6: the article's R for Llama-3.3-70B at TP 8 (also figure 8's band and its caption).
 R_BAND: tuple[float, float] = (1.25, 1.40)
 
 LABELS = {

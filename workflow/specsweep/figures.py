@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from . import stats
+from .claims import R_BAND
 from .labels import agg_renderer, dodge_1d, place_labels
 from .paths import FIGURES_MANIFEST
 from .view import (
-    ARTICLE_R_BAND,
     CONCURRENCY_FIGURE,
     FIGURES,
     HEADLINE_CONFIG,
@@ -1118,7 +1118,7 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     legend_in = 0.18 * rows
     size = (8.5, 6.0 + legend_in)
     with ctx.figure("fig8_r_at_scale", needs, size, 1, title, top_extra_in=0.1, bottom_in=0.55 + legend_in) as (ax,):
-        lo, hi = ARTICLE_R_BAND
+        lo, hi = R_BAND
         top = max(max(p.r.point for p in points) * R_HEADROOM, hi * 1.15)
         bottom = min(min(min(p.r.point, p.r.lo if p.r.lo is not None else p.r.point) for p in points) / 1.08, 0.95)
         ax.set_yscale("log")

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from . import paths, stats
-from .claims import R_BAND
 from .config import SPEC_METHODS
 
 #: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
@@ -74,8 +73,6 @@ HEADLINE_CONFIG = "trident"
 K_ALPHA_WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code")
 SIZE_METHODS: tuple[str, ...] = ("trident", "ngram")
 CONTROLS_GROUP = "controls"
-#: The article's R for Llama-3.3-70B at TP 8 (figure 8's band): claim C6's band, defined in claims.py.
-ARTICLE_R_BAND = R_BAND
 
 Cell = tuple[str, str, str]  # (model, workload, config); a workload at concurrency b is named `code@b8`
 Row = dict[str, Any]
