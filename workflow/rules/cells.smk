@@ -53,14 +53,14 @@ rule fidelity_cell:
         config=EFFECTIVE_CONFIG,
         model_arg=model_arg,
     shell:
-        "{params.cli} fidelity --config {params.config:q} --cell {wildcards.model:q}/{wildcards.workload:q}/{wildcards.config:q} "
+        "{params.cli} fidelity --config {params.config:q} --cell {wildcards.model:q}/{wildcards.workload:q}/{wildcards.step:q} "
         "--workload-file {input.workload:q} --out {output:q} {params.model_arg} > {log:q} 2>&1"
 
 
 rule fidelity:
     input:
         [
-            str(paths.fidelity(paths.RESULTS, RUN, c.model, c.workload, c.config))
+            str(paths.fidelity(paths.RESULTS, RUN, c.model, c.workload, c.step))
             for c in STUDY.cells
-            if c.config == STUDY.baseline and c.concurrency is None
+            if c.step == STUDY.baseline and c.concurrency is None
         ],

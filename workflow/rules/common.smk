@@ -119,7 +119,7 @@ def _lanes() -> int:
 # alive at once), the cells of N engines take turns (Study.lane_schedule), so that jobs started together are of
 # different engines.
 PRIORITY = {
-    (c.model, c.workload, c.config, r): len(SCHEDULE) - i
+    (c.model, c.workload, c.step, r): len(SCHEDULE) - i
     for i, (c, r) in enumerate(STUDY.lane_schedule(_lanes()))
 }
 
@@ -132,7 +132,7 @@ def cell_paths() -> list[str]:
     return [
         str(
             paths.measurement(
-                paths.RESULTS, paths.Key(RUN, c.model, c.workload, c.config, r)
+                paths.RESULTS, paths.Key(RUN, c.model, c.workload, c.step, r)
             )
         )
         for c, r in SCHEDULE
@@ -141,7 +141,7 @@ def cell_paths() -> list[str]:
 
 def preflight_paths() -> list[str]:
     return [
-        str(paths.preflight(paths.RESULTS, RUN, c.model, c.workload, c.config))
+        str(paths.preflight(paths.RESULTS, RUN, c.model, c.workload, c.step))
         for c, r in SCHEDULE
         if r == 1
     ]
@@ -153,7 +153,7 @@ def preflight_priority(wildcards) -> int:
     granted = _granted_gpus()
     if granted is not None and STUDY.models[wildcards.model].tp > granted:
         return FIRST - 1
-    return PRIORITY.get((wildcards.model, wildcards.workload, wildcards.config, 1), 0)
+    return PRIORITY.get((wildcards.model, wildcards.workload, wildcards.step, 1), 0)
 
 
 def cell_priority(wildcards) -> int:
@@ -161,7 +161,7 @@ def cell_priority(wildcards) -> int:
         (
             wildcards.model,
             wildcards.workload,
-            wildcards.config,
+            wildcards.step,
             int(wildcards.repeat),
         ),
         0,
@@ -281,7 +281,7 @@ def cell_gpus(wildcards) -> int:
 def cell_settings_hash(wildcards) -> str:
     """Changes when anything that defines the cell changes (a params rerun trigger)."""
     return sha256_obj(
-        STUDY.cell_settings(Cell(wildcards.model, wildcards.workload, wildcards.config))
+        STUDY.cell_settings(Cell(wildcards.model, wildcards.workload, wildcards.step))
     )
 
 
@@ -290,7 +290,7 @@ WORKLOAD_HASH = {name: STUDY.workload_hash(name) for name in STUDY.workloads}
 # on a cluster, the SLURM profile's group-components puts a group's cells into one job, and its `engine`
 # resource (scoped local, one per job) runs them there one after the other, so the engine starts once per job
 # instead of once per cell.
-ENGINE_GROUP = "engine-{model}-{config}" + (
+ENGINE_GROUP = "engine-{model}-{step}" + (
     "-r{repeat}" if STUDY.engine_per_repeat else ""
 )
 # The Snakemake scheduler's own pid: a cell job writes nothing when it has died (kill -9 of Snakemake).
@@ -305,7 +305,7 @@ wildcard_constraints:
             re.escape, sorted({c.workload for c in STUDY.cells} | set(STUDY.workloads))
         )
     ),
-    config="|".join(map(re.escape, STUDY.ladder)),
+    step="|".join(map(re.escape, STUDY.ladder)),
     repeat="[1-9][0-9]*",
     whash="[0-9a-f]{12}",
 

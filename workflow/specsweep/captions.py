@@ -21,7 +21,7 @@ from .jsonio import atomic_write_bytes
 from .view import (
     CONCURRENCY_FIGURE,
     FIGURES,
-    HEADLINE_CONFIG,
+    HEADLINE_STEP,
     K_ALPHA_WORKLOADS,
     SPEC_METHODS,
     Tables,
@@ -78,11 +78,11 @@ def _gain(data: Tables, cell: tuple[str, str, str]) -> str:
     return f"{text} {_e(data.verdict(cell))}"
 
 
-def _step(data: Tables, model: str, config: str) -> str:
+def _step(data: Tables, model: str, step: str) -> str:
     """A ladder step's settings as the tables recorded them (first measured workload of ``model``)."""
-    row = next((data.row(c) for c in sorted(data.cells) if c[0] == model and c[2] == config and data.row(c)), None)
+    row = next((data.row(c) for c in sorted(data.cells) if c[0] == model and c[2] == step and data.row(c)), None)
     if row is None:
-        return f"{_e(config)} (not measured)"
+        return f"{_e(step)} (not measured)"
     parts = []
     if row.get("method") not in (None, "none"):
         n_tok = row.get("num_speculative_tokens") or (
@@ -98,15 +98,15 @@ def _step(data: Tables, model: str, config: str) -> str:
         parts.append(f"gmu {row['gpu_memory_utilization']:.2f}")
     if row.get("async_scheduling") is not None:
         parts.append(f"async scheduling {'on' if row['async_scheduling'] else 'off'}")
-    return f"{_e(config)} ({', '.join(parts)})"
+    return f"{_e(step)} ({', '.join(parts)})"
 
 
 def _fig1(data: Tables, m: str) -> str:
     ws = data.workloads(m, canonical_all=False)
     return (
-        f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_CONFIG)}: output throughput per "
+        f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_STEP)}: output throughput per "
         "workload. Gain per workload [95 % interval] and verdict: "
-        + "; ".join(f"{_e(w)} {_gain(data, (m, w, HEADLINE_CONFIG))}" for w in ws)
+        + "; ".join(f"{_e(w)} {_gain(data, (m, w, HEADLINE_STEP))}" for w in ws)
         + "."
     )
 
@@ -155,7 +155,7 @@ def _fig4(data: Tables, m: str) -> str:
 
 def _fig5(data: Tables, _: str) -> str:
     models, known, methods, common, stat = size_stats(data)
-    meth = HEADLINE_CONFIG if HEADLINE_CONFIG in methods else (methods[0] if methods else HEADLINE_CONFIG)
+    meth = HEADLINE_STEP if HEADLINE_STEP in methods else (methods[0] if methods else HEADLINE_STEP)
     parts = []
     for m in models:
         if (meth, m) not in stat:
@@ -174,7 +174,7 @@ def _fig5(data: Tables, _: str) -> str:
 
 def _fig6(data: Tables, m: str) -> str:
     util = {}
-    for c in (data.baseline, HEADLINE_CONFIG):
+    for c in (data.baseline, HEADLINE_STEP):
         vals = [
             v.point
             for w in data.workloads(m, canonical_all=False)

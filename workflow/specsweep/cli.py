@@ -58,7 +58,7 @@ def cmd_cells(args: argparse.Namespace) -> int:
     study = _study(args)
     order = study.schedule()
     for cell, r in order:
-        print(paths.measurement(args.results, paths.Key(study.run, cell.model, cell.workload, cell.config, r)))
+        print(paths.measurement(args.results, paths.Key(study.run, cell.model, cell.workload, cell.step, r)))
     print(f"{len(study.cells)} cells x {study.repeats} repeats = {len(order)} measurements", file=sys.stderr)
     return 0
 
@@ -120,11 +120,11 @@ def cmd_code_hash(args: argparse.Namespace) -> int:
 
 
 def _key_from_path(study: Any, out: Path):
-    """results/{run}/cells/{model}/{workload}/{config}/r{n}.json -> (root, Key), checked against the config."""
+    """results/{run}/cells/{model}/{workload}/{step}/r{n}.json -> (root, Key), checked against the config."""
     root, key = paths.parse(out)
     if key.run != study.run:
         raise SpecsweepError(f"cell path {out}: run '{key.run}' is not the config's run '{study.run}'")
-    study.cell(key.model, key.workload, key.config)
+    study.cell(key.model, key.workload, key.step)
     return root, key
 
 
@@ -198,7 +198,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     paths.check_no_link_out(root, out)
     if out.exists() and not args.force:
         raise SpecsweepError(f"cell path {out}: exists; pass --force to replace it with the archived measurement")
-    doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.config))
+    doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.step))
     atomic_write_json(out, doc)
     print(
         f"restored {out} from {arch[-1]}; if Snakemake marked it incomplete (an interrupted job), tell it the "
@@ -211,7 +211,7 @@ def cmd_engine_host(args: argparse.Namespace) -> int:
     from .runner import run_engine_host
 
     study = _study(args)
-    cell = next((c for c in study.cells if c.model == args.model and c.config == args.ladder_step), None)
+    cell = next((c for c in study.cells if c.model == args.model and c.step == args.ladder_step), None)
     if cell is None:
         raise SpecsweepError(f"engine-host: no cell of model '{args.model}' and ladder step '{args.ladder_step}'")
     run_engine_host(study, cell, args.repeat, args.model_path, args.key, args.token)
@@ -223,10 +223,10 @@ def cmd_preflight_cell(args: argparse.Namespace) -> int:
 
     study = _study(args)
     out = Path(args.out)
-    root, run, model, workload, config = paths.parse_preflight(out)
+    root, run, model, workload, step = paths.parse_preflight(out)
     if run != study.run:
         raise SpecsweepError(f"preflight path {out}: run '{run}' is not the config's run '{study.run}'")
-    cell = study.cell(model, workload, config)
+    cell = study.cell(model, workload, step)
     record = preflight.preflight_cell(
         study, cell, root, out, Path(args.workload_file), args.model_path, args.config, args.log, args.watch_pid
     )
@@ -261,10 +261,10 @@ def cmd_engines(args: argparse.Namespace) -> int:
 
 
 def _cell_arg(study: Any, text: str) -> Any:
-    """--cell model/workload/config -> the study's Cell (one-line error otherwise)."""
+    """--cell model/workload/step -> the study's Cell (one-line error otherwise)."""
     parts = text.split("/")
     if len(parts) != 3:
-        raise SpecsweepError(f"--cell {text}: expected model/workload/config")
+        raise SpecsweepError(f"--cell {text}: expected model/workload/step")
     return study.cell(*parts)
 
 
@@ -489,13 +489,13 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_dummy_model)
     sp = add("run-cell", cmd_run_cell, "measure one cell repeat")
     sp.add_argument("--workload-file", required=True)
-    sp.add_argument("--out", required=True, help="results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json")
+    sp.add_argument("--out", required=True, help=paths.MEASUREMENT)
     sp.add_argument("--model-path", help="local model folder (models built by a rule)")
     sp.add_argument("--log", help="the job's log file, named in a failure record")
     sp.add_argument("--no-reuse", action="store_true", help="start the engine in this process (no engine host)")
     sp.add_argument("--watch-pid", type=int, help="write nothing if this process (the scheduler) has died")
     sp = add("restore", cmd_restore, "put a cell repeat's newest archived measurement back at its path")
-    sp.add_argument("path", help="results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json")
+    sp.add_argument("path", help=paths.MEASUREMENT)
     sp.add_argument("--force", action="store_true", help="replace an existing measurement")
     sp = add("engine-host", cmd_engine_host, "(internal) keep one engine alive and measure what cell jobs ask")
     sp.add_argument("--model", required=True)
@@ -506,7 +506,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--token", help="the random token of the host's record (proves the process is this host)")
     sp = add("preflight-cell", cmd_preflight_cell, "try one cell (repeat 1) and write its preflight verdict")
     sp.add_argument("--workload-file", required=True)
-    sp.add_argument("--out", required=True, help="results/{run}/preflight/{model}/{workload}/{config}.json")
+    sp.add_argument("--out", required=True, help=paths.result(paths.PREFLIGHT))
     sp.add_argument("--model-path")
     sp.add_argument("--log")
     sp.add_argument("--watch-pid", type=int)
@@ -520,12 +520,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--config", help="ignored (for symmetry with the other subcommands)")
     sp.set_defaults(func=cmd_engines)
     sp = add("harness", cmd_harness, "the same cell through vLLM's own throughput harness (fidelity check)")
-    sp.add_argument("--cell", required=True, help="model/workload/config")
+    sp.add_argument("--cell", required=True, help="model/workload/step (a ladder step)")
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True)
     sp.add_argument("--model-path")
     sp = add("fidelity", cmd_fidelity, "specsweep vs vLLM's run_vllm, fresh engines, interleaved runs")
-    sp.add_argument("--cell", required=True, help="model/workload/config")
+    sp.add_argument("--cell", required=True, help="model/workload/step (a ladder step)")
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True, help="results/{run}/tables/fidelity.json")
     sp.add_argument("--model-path")

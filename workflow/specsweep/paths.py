@@ -1,12 +1,12 @@
 """The layout of the project's files, defined once: the Snakemake rules take their output, log and benchmark
 patterns from here, and the package builds and parses the same paths from the same patterns.
 
-results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json      one measurement (a cell's repeat)
-results/{run}/failures/{model}/{workload}/{config}/r{repeat}.json   its failure record, when it failed
-results/{run}/archive/{model}/{workload}/{config}/r{repeat}/{sha}.json   every measurement ever finished
-results/{run}/preflight/{model}/{workload}/{config}.json            a cell's preflight verdict
+results/{run}/cells/{model}/{workload}/{step}/r{repeat}.json      one measurement (a cell's repeat)
+results/{run}/failures/{model}/{workload}/{step}/r{repeat}.json   its failure record, when it failed
+results/{run}/archive/{model}/{workload}/{step}/r{repeat}/{sha}.json   every measurement ever finished
+results/{run}/preflight/{model}/{workload}/{step}.json            a cell's preflight verdict
 results/{run}/preflight/report.md, report.parquet, summary.json    the preflight report
-results/{run}/fidelity/{model}/{workload}/{config}.json             a cell measured by vLLM's own harness too
+results/{run}/fidelity/{model}/{workload}/{step}.json             a cell measured by vLLM's own harness too
 results/{run}/workloads/{workload}.{whash}.json                     a workload file (whash: what it is made of)
 results/{run}/tables/                                               the tables (specsweep.tables.table_files)
 resources/sonnet.txt, resources/models/{model}                      the corpus, the model folders
@@ -38,15 +38,15 @@ BENCHMARKS = "benchmarks"
 # The stems of one job's files, relative to RESULTS, LOGS and BENCHMARKS, without extension: Snakemake
 # patterns (their wildcards in braces), and str.format templates for the functions below.
 #: one measurement: a cell's repeat
-CELL = "{run}/cells/{model}/{workload}/{config}/r{repeat}"
+CELL = "{run}/cells/{model}/{workload}/{step}/r{repeat}"
 #: the failure record of a cell's repeat
-FAILURE = "{run}/failures/{model}/{workload}/{config}/r{repeat}"
+FAILURE = "{run}/failures/{model}/{workload}/{step}/r{repeat}"
 #: the folder of every measurement of a cell's repeat ever finished
-ARCHIVE = "{run}/archive/{model}/{workload}/{config}/r{repeat}"
+ARCHIVE = "{run}/archive/{model}/{workload}/{step}/r{repeat}"
 #: a cell's preflight verdict
-PREFLIGHT = "{run}/preflight/{model}/{workload}/{config}"
+PREFLIGHT = "{run}/preflight/{model}/{workload}/{step}"
 #: a cell measured by specsweep's engine and by vLLM's run_vllm (rule fidelity_cell)
-FIDELITY = "{run}/fidelity/{model}/{workload}/{config}"
+FIDELITY = "{run}/fidelity/{model}/{workload}/{step}"
 #: a workload file: whash is the hash of everything it is made from (rules/common.smk, workload_hash)
 WORKLOAD = "{run}/workloads/{workload}.{whash}"
 #: the preflight report's files, in results/{run}/preflight/
@@ -82,7 +82,7 @@ FETCH_MODEL = "fetch_model/{model}"
 #: The tokenizer of every model with random weights (SmolLM2-135M-Instruct's, without weights).
 DUMMY_TOKENIZER = f"{RESOURCES}/tokenizers/smollm2-135m-instruct"
 
-#: The Snakemake output pattern of one measurement (wildcards run, model, workload, config, repeat).
+#: The Snakemake output pattern of one measurement (wildcards run, model, workload, step, repeat).
 MEASUREMENT = result(CELL)
 
 
@@ -121,9 +121,9 @@ def workload_file(run: str, workload: str, whash: str, root: Path | str = RESULT
     return Path(root) / f"{WORKLOAD.format(run=run, workload=workload, whash=whash)}.json"
 
 
-def fidelity(root: Path | str, run: str, model: str, workload: str, config: str) -> Path:
-    """results/{run}/fidelity/{model}/{workload}/{config}.json."""
-    return Path(root) / f"{FIDELITY.format(run=run, model=model, workload=workload, config=config)}.json"
+def fidelity(root: Path | str, run: str, model: str, workload: str, step: str) -> Path:
+    """results/{run}/fidelity/{model}/{workload}/{step}.json."""
+    return Path(root) / f"{FIDELITY.format(run=run, model=model, workload=workload, step=step)}.json"
 
 
 def figures_dir(run: str, root: Path | str = ".") -> Path:
@@ -152,11 +152,11 @@ def run_benchmark(run: str, name: str) -> str:
 
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-#: The suffix of a workload measured at concurrency b: `@b{b}` ('@' is never part of a config name).
+#: The suffix of a workload measured at concurrency b: `@b{b}` ('@' is never part of a ladder step's name).
 _AT = r"@b[1-9][0-9]{0,6}"
 _WORKLOAD = rf"{_NAME}(?:{_AT})?"
 #: What each wildcard of the stems above may match when a path is parsed back.
-_WILDCARDS = {"run": _NAME, "model": _NAME, "workload": _WORKLOAD, "config": _NAME, "repeat": r"[1-9][0-9]{0,3}"}
+_WILDCARDS = {"run": _NAME, "model": _NAME, "workload": _WORKLOAD, "step": _NAME, "repeat": r"[1-9][0-9]{0,3}"}
 
 
 def _regex(stem: str, ext: str) -> re.Pattern[str]:
@@ -185,17 +185,17 @@ def split_workload(name: str) -> tuple[str, int | None]:
 
 @dataclass(frozen=True, order=True)
 class Key:
-    """One measurement: a cell (model, workload, config) and its repeat number (1-based)."""
+    """One measurement: a cell (model, workload, ladder step) and its repeat number (1-based)."""
 
     run: str
     model: str
     workload: str
-    config: str
+    step: str
     repeat: int
 
     @property
     def cell(self) -> str:
-        return f"{self.model}/{self.workload}/{self.config}"
+        return f"{self.model}/{self.workload}/{self.step}"
 
     @property
     def label(self) -> str:
@@ -203,7 +203,7 @@ class Key:
 
 
 def _fill(stem: str, key: Key) -> str:
-    return stem.format(run=key.run, model=key.model, workload=key.workload, config=key.config, repeat=key.repeat)
+    return stem.format(run=key.run, model=key.model, workload=key.workload, step=key.step, repeat=key.repeat)
 
 
 def measurement(root: Path | str, key: Key) -> Path:
@@ -221,27 +221,27 @@ def archive_dir(root: Path | str, key: Key) -> Path:
 _PREFLIGHT_RE = _regex(PREFLIGHT, ".json")
 
 
-def preflight(root: Path | str, run: str, model: str, workload: str, config: str) -> Path:
-    return Path(root) / f"{PREFLIGHT.format(run=run, model=model, workload=workload, config=config)}.json"
+def preflight(root: Path | str, run: str, model: str, workload: str, step: str) -> Path:
+    return Path(root) / f"{PREFLIGHT.format(run=run, model=model, workload=workload, step=step)}.json"
 
 
 def parse_preflight(path: Path | str) -> tuple[Path, str, str, str, str]:
-    """results/{run}/preflight/{model}/{workload}/{config}.json -> (results root, run, model, workload, config)."""
+    """results/{run}/preflight/{model}/{workload}/{step}.json -> (results root, run, model, workload, step)."""
     text = Path(path).as_posix()
     m = _PREFLIGHT_RE.search(text)
     if not m:
         raise SpecsweepError(f"preflight path {path}: expected .../{PREFLIGHT}.json")
-    return Path(text[: m.start("run")] or "."), m["run"], m["model"], m["workload"], m["config"]
+    return Path(text[: m.start("run")] or "."), m["run"], m["model"], m["workload"], m["step"]
 
 
 def parse(path: Path | str) -> tuple[Path, Key]:
-    """results/{run}/cells/{model}/{workload}/{config}/r{n}.json -> (results root, Key)."""
+    """results/{run}/cells/{model}/{workload}/{step}/r{n}.json -> (results root, Key)."""
     text = Path(path).as_posix()
     m = _RE.search(text)
     if not m:
         raise SpecsweepError(f"cell path {path}: expected .../{CELL}.json")
     root = Path(text[: m.start("run")] or ".")
-    return root, Key(m["run"], m["model"], m["workload"], m["config"], int(m["repeat"]))
+    return root, Key(m["run"], m["model"], m["workload"], m["step"], int(m["repeat"]))
 
 
 def check_no_link_out(root: Path | str, path: Path | str) -> None:

@@ -154,8 +154,8 @@ def render(doc: dict[str, Any], limit: int = 10) -> str:
             f"at the mean job time so far ({doc['mean_job_s']:.1f} s over the run, per model where known)"
         )
     width = max([len("model")] + [len(s["model"]) for s in doc["steps"]])
-    cwidth = max([len("config")] + [len(s["config"]) for s in doc["steps"]])
-    lines += ["", f"{'model':<{width}}  {'config':<{cwidth}}  " + "  ".join(f"{s:>6}" for s in STATES)]
+    cwidth = max([len("step")] + [len(s["config"]) for s in doc["steps"]])
+    lines += ["", f"{'model':<{width}}  {'step':<{cwidth}}  " + "  ".join(f"{s:>6}" for s in STATES)]
     for s in doc["steps"]:
         lines.append(f"{s['model']:<{width}}  {s['config']:<{cwidth}}  " + "  ".join(f"{s[k]:>6}" for k in STATES))
     for title, key, what in (("failed", "failed_measurements", "error"), ("stale", "stale_measurements", "differing")):

@@ -69,12 +69,13 @@ HEADLINE_FIGURES: tuple[str, ...] = (
 WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
 #: The paper's ladder steps after the baseline (the baseline's name comes from the tables).
 LADDER: tuple[str, ...] = ("ngram", "suffix", "trident")
-HEADLINE_CONFIG = "trident"
+#: The ladder step figures 1 and 6 and their captions compare with the baseline.
+HEADLINE_STEP = "trident"
 K_ALPHA_WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code")
 SIZE_METHODS: tuple[str, ...] = ("trident", "ngram")
 CONTROLS_GROUP = "controls"
 
-Cell = tuple[str, str, str]  # (model, workload, config); a workload at concurrency b is named `code@b8`
+Cell = tuple[str, str, str]  # (model, workload, ladder step); a workload at concurrency b is named `code@b8`
 Row = dict[str, Any]
 
 
@@ -107,7 +108,7 @@ def cell_dict(cell: Cell) -> dict[str, str]:
 
 
 def _index(rows: list[Row], name: str) -> dict[Cell, Row]:
-    """Rows keyed by (model, workload, config); duplicates are a producer bug."""
+    """Rows keyed by (model, workload, ladder step: the tables' `config` column); duplicates are a producer bug."""
     out: dict[Cell, Row] = {}
     for row in rows:
         key = (row["model"], row["workload"], row["config"])
@@ -437,11 +438,11 @@ def r_at_scale(data: Tables) -> tuple[list[str], dict[str, float], list[str], li
     common ones if none does)."""
     sizes = data.model_sizes()
     models = [m for m in data.models() if sizes[m] is not None]
-    configs = [c for c in SPEC_METHODS if any(cc == c for (_, _, cc) in data.cells)]
+    steps = [c for c in SPEC_METHODS if any(cc == c for (_, _, cc) in data.cells)]
     per_model = [set(data.workloads(m, canonical_all=False)) for m in models]
     common = sorted(set.intersection(*per_model)) if per_model else []
     code = [w for w in common if w.startswith("code")]
-    return models, {m: cast(float, sizes[m]) for m in models}, configs, code or common
+    return models, {m: cast(float, sizes[m]) for m in models}, steps, code or common
 
 
 def r_value(data: Tables, cell: Cell) -> Val | None:
@@ -470,18 +471,18 @@ def r_points(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], li
     n, with the line it belongs to (step, workload, weight quantization), by step, workload, run, model."""
     _, _, _, workloads = r_at_scale(data)
     runs = [data, *others]
-    configs = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
+    steps = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
     sized = []  # (run, model, its size, its weights' quantization)
     for d in runs:
         models, sizes, _, _ = r_at_scale(d)
         sized += [(d, m, sizes[m], d.quantization(m)) for m in models]
     out = []
-    for cfg in configs:
+    for cfg in steps:
         for w in workloads:
             for d, m, size, q in sized:
                 if (v := r_value(d, (m, w, cfg))) is not None:
                     out.append(((cfg, w, q), RPoint(size, m, d.run, v, q)))
-    return configs, workloads, out
+    return steps, workloads, out
 
 
 def r_lines(points: Iterable[tuple[RLine, RPoint]]) -> dict[RLine, list[RPoint]]:
@@ -503,8 +504,8 @@ def r_lines(points: Iterable[tuple[RLine, RPoint]]) -> dict[RLine, list[RPoint]]
 
 def r_series(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], list[str], dict[RLine, list[RPoint]]]:
     """Figure 8's steps, workloads and lines (:func:`r_points`, then :func:`r_lines`)."""
-    configs, workloads, points = r_points(data, others)
-    return configs, workloads, r_lines(points)
+    steps, workloads, points = r_points(data, others)
+    return steps, workloads, r_lines(points)
 
 
 # --------------------------------------------------------------------------- figure 9
