@@ -5,14 +5,14 @@ results/{run}/cells/{model}/{workload}/{step}/r{repeat}.json      one measuremen
 results/{run}/failures/{model}/{workload}/{step}/r{repeat}.json   its failure record, when it failed
 results/{run}/archive/{model}/{workload}/{step}/r{repeat}/{sha}.json   every measurement ever finished
 results/{run}/preflight/{model}/{workload}/{step}.json            a cell's preflight verdict
-results/{run}/preflight/report.md, report.parquet, summary.json    the preflight report
+results/{run}/preflight/report.md, report.parquet, summary.json  the preflight report
 results/{run}/fidelity/{model}/{workload}/{step}.json             a cell measured by vLLM's own harness too
-results/{run}/workloads/{workload}.{whash}.json                     a workload file (whash: what it is made of)
-results/{run}/tables/                                               the tables (specsweep.tables.table_files)
-resources/sonnet.txt, resources/models/{model}                      the corpus, the model folders
+results/{run}/workloads/{workload}.{whash}.json                   a workload file (whash: what it is made of)
+results/{run}/tables/                                             the tables (specsweep.tables.table_files)
+resources/sonnet.txt, resources/models/{model}                    the corpus, the model folders
 figures/{run}/{figure}.png|.svg, captions/{figure}.rst, manifest.json   the figures
-logs/...  benchmarks/...                                            each job's log and benchmark, the twin of
-                                                                    its output's path (.log, .tsv)
+logs/..., benchmarks/...                                          each job's log and benchmark, the twin of
+                                                                  its output's path (.log, .tsv)
 
 A workload measured at a concurrency b (config `workloads.<name>.concurrency`) is its own cell, named
 `{workload}@b{b}` in every path above (results/{run}/cells/{model}/code@b8/ngram/r1.json); the workload at
