@@ -18,6 +18,13 @@ if not workflow.overwrite_configfiles:
 report: "workflow/report/workflow.rst"
 
 
+# The package lives in workflow/specsweep, first on the path before anything imports it: a plain checkout
+# works, and this checkout's package wins over one installed from another checkout (pip install -e).
+import sys  # noqa: E402
+
+sys.path.insert(0, f"{workflow.basedir}/workflow")
+
+
 # docutils renders the report's RST: raw HTML off (workflow/report/docutils.conf), read after any config the
 # user's DOCUTILSCONFIG names, so that it wins (specsweep.captions.use_report_docutils_config).
 from specsweep.captions import use_report_docutils_config  # noqa: E402

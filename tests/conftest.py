@@ -225,9 +225,9 @@ def conc_run(tmp_path_factory, smollm2) -> dict:
     cfg_path = prepare_workdir(work, cfg, smollm2)
     study = build_study(yaml.safe_load(cfg_path.read_text()))
     vanilla_r1 = [
-        str(paths.measurement("results", paths.Key("conc", c.model, c.workload, c.config, 1)))
+        str(paths.measurement("results", paths.Key("conc", c.model, c.workload, c.step, 1)))
         for c in study.cells
-        if c.config == "vanilla"
+        if c.step == "vanilla"
     ]
     try:
         snakemake(work, "--configfile", str(cfg_path), "--cores", "1", *vanilla_r1)

@@ -56,8 +56,8 @@ _DELETE = DELETE
 BAD = [
     ("groups.large.models", ["phi-3-medium-4k-instruct", "gpt-5"], "groups.large.models: unknown model 'gpt-5'"),
     ("groups.small.workloads", ["sonnet", "poetry"], "groups.small.workloads: unknown workload 'poetry'"),
-    ("groups.small.configs", ["vanilla", "eagle"], "groups.small.configs: unknown config 'eagle'"),
-    ("groups.small.configs", ["vanilla", "vanilla"], "groups.small.configs: 'vanilla' listed twice"),
+    ("groups.small.steps", ["vanilla", "eagle"], "groups.small.steps: unknown ladder step 'eagle'"),
+    ("groups.small.steps", ["vanilla", "vanilla"], "groups.small.steps: 'vanilla' listed twice"),
     ("models.1.name", "opt-125m", "duplicate model name 'opt-125m'"),
     ("models.6.tp", 3, "(qwen2.5-32b-instruct).tp: 3 is not a power of two"),
     ("ladder.suffix.gpu_memory_utilization", 1.5, "ladder.suffix.gpu_memory_utilization: must be in (0, 1]"),
@@ -136,6 +136,18 @@ def test_cell_listed_by_two_groups(paper_cfg):
         build_study(cfg)
 
 
+def test_group_steps_under_their_former_name_configs(paper_cfg):
+    """A group names its ladder steps `steps`; `configs`, the former name, still reads; both is one error."""
+    old = copy.deepcopy(paper_cfg)
+    for g in old["groups"].values():
+        g["configs"] = g.pop("steps")
+    assert build_study(old).cells == build_study(copy.deepcopy(paper_cfg)).cells
+    both = copy.deepcopy(paper_cfg)
+    both["groups"]["small"]["configs"] = ["vanilla"]
+    with pytest.raises(SpecsweepError, match=r"^config: groups.small: both steps and configs \(the former name"):
+        build_study(both)
+
+
 def test_concurrency_adds_cells_and_keeps_the_default_ones(paper_cfg):
     """`concurrency` adds the cells {workload}@b{b} beside the workload's own (all prompts at once), whose
     paths and settings hashes do not change; one engine (model, ladder step, repeat) serves every b."""
@@ -174,7 +186,7 @@ def test_concurrency_adds_cells_and_keeps_the_default_ones(paper_cfg):
     assert paths.parse(path)[1] == key
     assert paths.split_workload("code@b16") == ("code", 16) and paths.split_workload("code") == ("code", None)
     # the schedule keeps every b of an engine adjacent to its workload's own cell
-    order = [c.workload for c, r in study.schedule() if (c.model, c.config, r) == ("opt-125m", "ngram", 1)]
+    order = [c.workload for c, r in study.schedule() if (c.model, c.step, r) == ("opt-125m", "ngram", 1)]
     assert order[order.index("code") : order.index("code") + 4] == ["code", "code@b1", "code@b16", "code@b256"]
 
 
@@ -187,7 +199,7 @@ def test_suffix_cache_after_warmup_is_hashed_only_where_it_changes_a_measurement
     empty = build_study(copy.deepcopy(paper_cfg))
     keep = build_study(_set(paper_cfg, "suffix_cache_after_warmup", "keep"))
     for cell in empty.cells:
-        method = empty.ladder[cell.config].method
+        method = empty.ladder[cell.step].method
         got = empty.cell_settings(cell).get("suffix_cache_after_warmup")
         assert got == ("empty" if method == "suffix" else None), cell
         assert "suffix_cache_after_warmup" not in keep.cell_settings(cell)

@@ -59,11 +59,11 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
     crow = []
     for cell in study.cells:
         spec = study.models[cell.model]
-        step = study.ladder[cell.config]
+        step = study.ladder[cell.step]
         method = step.method
         row = dict.fromkeys((n for n, _ in tables.CELL_COLUMNS), None)
         row |= tables.cell_identity(study, cell) | {"repeats": study.repeats}
-        key = (cell.model, cell.workload, cell.config)
+        key = (cell.model, cell.workload, cell.step)
         if key in drop:
             row |= {"status": "missing", "n": 0}
             crow.append(row)
@@ -72,7 +72,7 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
         base_tps = 180.0 + 20 * rng.random()  # baseline tokens per step (whole batch)
         base_step = 12.0 + 9.0 * math.log10(1 + size)  # ms
         r = 1.0 if method == "none" else 1.22 + 0.15 * rng.random()
-        s = 1.0 if method == "none" else _speedup_of(size, cell.config, cell.workload) * (0.97 + 0.06 * rng.random())
+        s = 1.0 if method == "none" else _speedup_of(size, cell.step, cell.workload) * (0.97 + 0.06 * rng.random())
         t = s * r
         n = study.repeats
         noise = lambda cv: 1 + cv * rng.standard_normal(n)  # noqa: E731
@@ -88,7 +88,7 @@ def synthetic_tables(out: Path, study=None, seed: int = 7, drop: tuple[tuple[str
         vals["gpu_util_mean"] = list((92 - (8 if method != "none" else 0)) * noise(0.01))
         vals["prefill_share"] = list(0.2 * noise(0.05))
         if method != "none":
-            nspec = NSPEC[cell.config]
+            nspec = NSPEC[cell.step]
             drafts = 20000
             p1 = (0.35 if method == "ngram" else 0.45) + 0.25 * rng.random() + (0.1 if cell.workload == "code" else 0)
             rise = 0.02 + 0.05 * rng.random()
@@ -187,7 +187,7 @@ def test_full_size_run_renders_byte_identical_with_nothing_missing(paper_tables,
     assert len(m1["figures"]["fig5_model_size"]["cells"]) == 9 * 3 * 3
     # figure 7: every speculative cell of the run
     assert len(m1["figures"]["fig7_k_predicted"]["cells"]) == sum(
-        1 for c in study.cells if study.ladder[c.config].method != "none"
+        1 for c in study.cells if study.ladder[c.step].method != "none"
     )
     # every figure states n (matplotlib keeps each text as a comment beside its glyph paths in the SVG)
     for stem in FIGURES:

@@ -149,7 +149,7 @@ def test_engines_start_in_the_seeded_interleaved_order(tiny_run):
     assert [r for _, _, r in spawned] == [1, 1, 1, 2, 2, 2]
     jobs = sorted(docs, key=lambda d: d["job"]["started_at"])
     assert [(d["workload"], d["config"], d["repeat"]) for d in jobs] == [
-        (c.workload, c.config, r) for c, r in study.schedule()
+        (c.workload, c.step, r) for c, r in study.schedule()
     ]
     for d in docs:
         assert d["schedule"] == {

@@ -164,8 +164,8 @@ def test_figure_8_has_no_prediction_panel_and_a_readable_band():
     """Figure 8 is R only (speedup = T / R; no K / R prediction), on a log axis that ends a little above the
     largest median: the 0.5B whiskers up to 21.4 are clipped and labelled, so the article's 1.25-1.40 band keeps
     a readable height."""
+    from specsweep.claims import R_BAND
     from specsweep.figures import R_HEADROOM
-    from specsweep.view import ARTICLE_R_BAND
 
     svg = (ROOT / "figures" / "h200-shapes" / "fig8_r_at_scale.svg").read_text()
     assert "PREDICTION" not in svg and "K / R" not in svg
@@ -174,7 +174,7 @@ def test_figure_8_has_no_prediction_panel_and_a_readable_band():
     # passes on one engine are technical replicates: no interval, so no whisker (the 0.5B one reached 21.4)
     assert not [n for n in notes if n.startswith("whiskers clipped")]
     # the band's share of the log axis: 1.25-1.40 against 0.95 .. 8.55 x R_HEADROOM
-    lo, hi = ARTICLE_R_BAND
+    lo, hi = R_BAND
     share = math.log(hi / lo) / math.log(8.55 * R_HEADROOM / 0.95)
     assert share > 0.04  # against 0.01 of a linear axis up to the whisker's 21.37
     caption = (ROOT / "figures" / "h200-shapes" / "captions" / "fig8_r_at_scale.rst").read_text().replace("\\", "")

@@ -102,8 +102,8 @@ def test_lane_schedule_alternates_the_engines_that_are_alive_together(smoke_cfg)
     cfg["groups"] = {"g": {"models": [MODEL], "workloads": ["code", "chat"], "configs": ["vanilla", "ngram", "suffix"]}}
     study = build_study(cfg)
     assert study.lane_schedule(1) == study.schedule()
-    engines = [c.config for c, _ in study.schedule()][::2]
-    two = [c.config for c, _ in study.lane_schedule(2)]
+    engines = [c.step for c, _ in study.schedule()][::2]
+    two = [c.step for c, _ in study.lane_schedule(2)]
     assert two == [engines[0], engines[1], engines[0], engines[1], engines[2], engines[2]]
     assert sorted(study.lane_schedule(2)) == sorted(study.schedule())
 

@@ -315,10 +315,10 @@ def test_lint_every_rule_has_a_conda_env_and_a_log(checkout, tmp_path):
         shutil.copytree(src, broken / name) if src.is_dir() else shutil.copy2(src, broken / name)
     data = broken / "workflow" / "rules" / "data.smk"
     text = data.read_text()
-    new = text.replace('    log:\n        "logs/corpus.log",\n', "", 1).replace(
+    new = text.replace('    log:\n        paths.log("corpus"),\n', "", 1).replace(
         "    conda:\n        LIGHT_ENV\n", "", 1
     )
-    assert new.count("LIGHT_ENV") == text.count("LIGHT_ENV") - 1 and "logs/corpus.log" not in new
+    assert new.count("LIGHT_ENV") == text.count("LIGHT_ENV") - 1 and 'paths.log("corpus")' not in new
     data.write_text(new)
     out = _lint(broken)
     corpus = out[out.index("Lints for rule corpus") :]

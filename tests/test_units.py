@@ -167,10 +167,10 @@ def test_schedule_keeps_engines_adjacent_and_interleaves():
     study = _study(repeats=2)
     order = study.schedule()
     assert len(order) == len(study.cells) * 2
-    engines = _runs([(c.model, c.config, r) for c, r in order])
+    engines = _runs([(c.model, c.step, r) for c, r in order])
     assert len(engines) == len(set(engines)) == len(study.engine_order())  # each engine's cells one contiguous run
     assert engines == study.engine_order()
-    first = {r: next(c.config for c, rr in order if rr == r) for r in (1, 2)}
+    first = {r: next(c.step for c, rr in order if rr == r) for r in (1, 2)}
     assert first[1] != first[2]
 
 

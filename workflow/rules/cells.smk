@@ -9,11 +9,11 @@ rule measure:
         workload=ancient(workload_file),
         model=ancient(model_dir),
     output:
-        "results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json",
+        paths.MEASUREMENT,
     log:
-        "logs/{run}/cells/{model}/{workload}/{config}/r{repeat}.log",
+        paths.log(paths.CELL),
     benchmark:
-        "benchmarks/{run}/cells/{model}/{workload}/{config}/r{repeat}.tsv"
+        paths.benchmark(paths.CELL)
     priority: cell_priority
     group:
         ENGINE_GROUP
@@ -39,11 +39,11 @@ rule fidelity_cell:
         workload=workload_file,
         model=model_dir,
     output:
-        "results/{run}/fidelity/{model}/{workload}/{config}.json",
+        paths.result(paths.FIDELITY),
     log:
-        "logs/{run}/fidelity/{model}/{workload}/{config}.log",
+        paths.log(paths.FIDELITY),
     benchmark:
-        "benchmarks/{run}/fidelity/{model}/{workload}/{config}.tsv"
+        paths.benchmark(paths.FIDELITY)
     conda:
         CONDA_ENV
     resources:
@@ -53,14 +53,14 @@ rule fidelity_cell:
         config=EFFECTIVE_CONFIG,
         model_arg=model_arg,
     shell:
-        "{params.cli} fidelity --config {params.config:q} --cell {wildcards.model:q}/{wildcards.workload:q}/{wildcards.config:q} "
+        "{params.cli} fidelity --config {params.config:q} --cell {wildcards.model:q}/{wildcards.workload:q}/{wildcards.step:q} "
         "--workload-file {input.workload:q} --out {output:q} {params.model_arg} > {log:q} 2>&1"
 
 
 rule fidelity:
     input:
         [
-            f"results/{RUN}/fidelity/{c.model}/{c.workload}/{c.config}.json"
+            str(paths.fidelity(paths.RESULTS, RUN, c.model, c.workload, c.step))
             for c in STUDY.cells
-            if c.config == STUDY.baseline and c.concurrency is None
+            if c.step == STUDY.baseline and c.concurrency is None
         ],

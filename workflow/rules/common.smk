@@ -7,10 +7,6 @@ from types import SimpleNamespace
 
 from snakemake.utils import validate
 
-# The package lives in workflow/specsweep; it is normally installed (pip install -e .), this makes a plain
-# checkout work too.
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-
 from specsweep.config import build_study, check_gpu_budget, Cell  # noqa: E402
 from specsweep import paths  # noqa: E402
 from specsweep.tables import table_files  # noqa: E402
@@ -65,7 +61,7 @@ except SpecsweepError as exc:
 validate(config, schema="../schemas/config.schema.yaml")
 
 RUN = STUDY.run
-CORPUS = "resources/sonnet.txt"
+CORPUS = paths.CORPUS
 # Every rule runs `python3 -m specsweep.cli` from the job's own environment (never Snakemake's interpreter),
 # with this checkout's package first on PYTHONPATH: see specsweep/jobenv.py.
 SPECSWEEP = cli_command(str(Path(workflow.basedir) / "workflow"))
@@ -123,7 +119,7 @@ def _lanes() -> int:
 # alive at once), the cells of N engines take turns (Study.lane_schedule), so that jobs started together are of
 # different engines.
 PRIORITY = {
-    (c.model, c.workload, c.config, r): len(SCHEDULE) - i
+    (c.model, c.workload, c.step, r): len(SCHEDULE) - i
     for i, (c, r) in enumerate(STUDY.lane_schedule(_lanes()))
 }
 
@@ -136,7 +132,7 @@ def cell_paths() -> list[str]:
     return [
         str(
             paths.measurement(
-                "results", paths.Key(RUN, c.model, c.workload, c.config, r)
+                paths.RESULTS, paths.Key(RUN, c.model, c.workload, c.step, r)
             )
         )
         for c, r in SCHEDULE
@@ -145,7 +141,7 @@ def cell_paths() -> list[str]:
 
 def preflight_paths() -> list[str]:
     return [
-        f"results/{RUN}/preflight/{c.model}/{c.workload}/{c.config}.json"
+        str(paths.preflight(paths.RESULTS, RUN, c.model, c.workload, c.step))
         for c, r in SCHEDULE
         if r == 1
     ]
@@ -157,7 +153,7 @@ def preflight_priority(wildcards) -> int:
     granted = _granted_gpus()
     if granted is not None and STUDY.models[wildcards.model].tp > granted:
         return FIRST - 1
-    return PRIORITY.get((wildcards.model, wildcards.workload, wildcards.config, 1), 0)
+    return PRIORITY.get((wildcards.model, wildcards.workload, wildcards.step, 1), 0)
 
 
 def cell_priority(wildcards) -> int:
@@ -165,7 +161,7 @@ def cell_priority(wildcards) -> int:
         (
             wildcards.model,
             wildcards.workload,
-            wildcards.config,
+            wildcards.step,
             int(wildcards.repeat),
         ),
         0,
@@ -177,7 +173,7 @@ def workload_file(wildcards) -> str:
     workload config gives a new file (made before any cell uses it), never a stale one.
     """
     name = paths.split_workload(wildcards.workload)[0]  # code@b8 reads code's prompts
-    return f"results/{RUN}/workloads/{name}.{WORKLOAD_HASH[name]}.json"
+    return str(paths.workload_file(RUN, name, WORKLOAD_HASH[name]))
 
 
 # The report() function; a line that starts with `report` would be parsed as the directive.
@@ -185,7 +181,7 @@ in_report = report
 
 
 def table_paths() -> list[str]:
-    return [f"results/{RUN}/tables/{name}" for name in table_files()]
+    return paths.table_paths(RUN, table_files())
 
 
 def k_ref_paths() -> list[str]:
@@ -194,10 +190,10 @@ def k_ref_paths() -> list[str]:
     runs = [ref["run"]] if ref else []
     runs += STUDY.raw.get("r_at_scale_runs") or []
     return [
-        f"results/{run}/tables/{name}"
+        path
         for run in dict.fromkeys(runs)
         if run != RUN
-        for name in ("cells.parquet", "speedup.parquet")
+        for path in paths.table_paths(run, ("cells.parquet", "speedup.parquet"))
     ]
 
 
@@ -220,7 +216,7 @@ from specsweep.view import planned_figures  # noqa: E402
 def left_out_before() -> set[str]:
     """The figures the last render left out (its manifest's left_out: e.g. figure 8 of a partial run whose
     R comes from single repeats), which the report cannot hold."""
-    manifest = Path(f"figures/{RUN}/manifest.json")
+    manifest = paths.figures_dir(RUN) / paths.FIGURES_MANIFEST
     if not manifest.is_file():
         return set()
     return set(json.loads(manifest.read_text()).get("left_out") or {})
@@ -229,11 +225,7 @@ def left_out_before() -> set[str]:
 def figure_paths() -> list[str]:
     left = left_out_before()
     drawn = [f for f in planned_figures(STUDY) if f not in left]
-    return (
-        [f"figures/{RUN}/{f}.{ext}" for f in drawn for ext in ("png", "svg")]
-        + [f"figures/{RUN}/captions/{f}.rst" for f in drawn]
-        + [f"figures/{RUN}/manifest.json"]
-    )
+    return paths.figure_files(RUN, drawn)
 
 
 def reported_figure_paths() -> list:
@@ -260,7 +252,7 @@ def model_dir(wildcards) -> list[str]:
     """The model folder a cell needs: built (build_model) or fetched (fetch_model) under resources/models/, or
     the local folder its hf_id names."""
     if wildcards.model in BUILT_MODELS or wildcards.model in FETCHED_MODELS:
-        return [f"resources/models/{wildcards.model}"]
+        return [paths.MODEL.format(model=wildcards.model)]
     return [os.path.expanduser(STUDY.models[wildcards.model].hf_id)]
 
 
@@ -275,7 +267,7 @@ def prepare_paths() -> list[str]:
 
 def model_arg(wildcards) -> str:
     return (
-        f"--model-path resources/models/{wildcards.model}"
+        f"--model-path {paths.MODEL.format(model=wildcards.model)}"
         if wildcards.model in BUILT_MODELS or wildcards.model in FETCHED_MODELS
         else ""
     )
@@ -289,30 +281,16 @@ def cell_gpus(wildcards) -> int:
 def cell_settings_hash(wildcards) -> str:
     """Changes when anything that defines the cell changes (a params rerun trigger)."""
     return sha256_obj(
-        STUDY.cell_settings(Cell(wildcards.model, wildcards.workload, wildcards.config))
+        STUDY.cell_settings(Cell(wildcards.model, wildcards.workload, wildcards.step))
     )
 
 
-def _workload_hash(name: str) -> str:
-    spec = STUDY.workload_raw(name)
-    parts = {p: STUDY.workload_raw(p) for p in (spec.get("parts") or {})}
-    return sha256_obj(
-        [
-            spec,
-            parts,
-            STUDY.raw["seed"],
-            STUDY.raw["warmup_prompts"],
-            STUDY.raw["corpus"]["sha256"],
-        ]
-    )[:12]
-
-
-WORKLOAD_HASH = {name: _workload_hash(name) for name in STUDY.workloads}
+WORKLOAD_HASH = {name: STUDY.workload_hash(name) for name in STUDY.workloads}
 # The cells of one engine (the config's engine_per_repeat) form one Snakemake group. A local run ignores groups;
 # on a cluster, the SLURM profile's group-components puts a group's cells into one job, and its `engine`
 # resource (scoped local, one per job) runs them there one after the other, so the engine starts once per job
 # instead of once per cell.
-ENGINE_GROUP = "engine-{model}-{config}" + (
+ENGINE_GROUP = "engine-{model}-{step}" + (
     "-r{repeat}" if STUDY.engine_per_repeat else ""
 )
 # The Snakemake scheduler's own pid: a cell job writes nothing when it has died (kill -9 of Snakemake).
@@ -327,7 +305,7 @@ wildcard_constraints:
             re.escape, sorted({c.workload for c in STUDY.cells} | set(STUDY.workloads))
         )
     ),
-    config="|".join(map(re.escape, STUDY.ladder)),
+    step="|".join(map(re.escape, STUDY.ladder)),
     repeat="[1-9][0-9]*",
     whash="[0-9a-f]{12}",
 

@@ -5,9 +5,9 @@ rule corpus:
     output:
         CORPUS,
     log:
-        "logs/corpus.log",
+        paths.log("corpus"),
     benchmark:
-        "benchmarks/corpus.tsv"
+        paths.benchmark("corpus")
     priority: FIRST
     localrule: True
     conda:
@@ -24,11 +24,11 @@ rule workload:
     input:
         corpus=CORPUS,
     output:
-        "results/{run}/workloads/{workload}.{whash}.json",
+        paths.result(paths.WORKLOAD),
     log:
-        "logs/{run}/workloads/{workload}.{whash}.log",
+        paths.log(paths.WORKLOAD),
     benchmark:
-        "benchmarks/{run}/workloads/{workload}.{whash}.tsv"
+        paths.benchmark(paths.WORKLOAD)
     priority: FIRST
     localrule: True
     conda:
@@ -55,7 +55,7 @@ except SpecsweepError as exc:
 RECIPE_MODELS = [m.name for m in STUDY.models.values() if m.build]
 DUMMY_MODELS = [m.name for m in STUDY.models.values() if m.weights == "dummy"]
 # SmolLM2-135M-Instruct's tokenizer alone: the tokenizer of every dummy model.
-DUMMY_TOKENIZER = "resources/tokenizers/smollm2-135m-instruct"
+DUMMY_TOKENIZER = paths.DUMMY_TOKENIZER
 NO_MATCH = "(?!)"
 # The architectures live in the repository (absolute: the working directory may be elsewhere, -d).
 ARCHITECTURES = os.path.join(workflow.basedir, "config", "architectures")
@@ -63,11 +63,11 @@ ARCHITECTURES = os.path.join(workflow.basedir, "config", "architectures")
 
 rule build_model:
     output:
-        directory("resources/models/{model}"),
+        directory(paths.MODEL),
     log:
-        "logs/build_model/{model}.log",
+        paths.log(paths.BUILD_MODEL),
     benchmark:
-        "benchmarks/build_model/{model}.tsv"
+        paths.benchmark(paths.BUILD_MODEL)
     wildcard_constraints:
         model="|".join(RECIPE_MODELS) or NO_MATCH,
     priority: FIRST
@@ -85,11 +85,11 @@ rule build_model:
 # the environment's HF_TOKEN (or `hf auth login`); the model id and revision come from the config, not the shell.
 rule fetch_model:
     output:
-        directory("resources/models/{model}"),
+        directory(paths.MODEL),
     log:
-        "logs/fetch_model/{model}.log",
+        paths.log(paths.FETCH_MODEL),
     benchmark:
-        "benchmarks/fetch_model/{model}.tsv"
+        paths.benchmark(paths.FETCH_MODEL)
     wildcard_constraints:
         model=names_regex(FETCHED_MODELS),
     priority: FIRST
@@ -110,9 +110,9 @@ rule dummy_tokenizer:
     output:
         directory(DUMMY_TOKENIZER),
     log:
-        "logs/build_model/dummy_tokenizer.log",
+        paths.log("build_model/dummy_tokenizer"),
     benchmark:
-        "benchmarks/build_model/dummy_tokenizer.tsv"
+        paths.benchmark("build_model/dummy_tokenizer")
     priority: FIRST
     localrule: True
     conda:
@@ -133,11 +133,11 @@ rule dummy_model:
             )
         ),
     output:
-        directory("resources/models/{model}"),
+        directory(paths.MODEL),
     log:
-        "logs/build_model/{model}.log",
+        paths.log(paths.BUILD_MODEL),
     benchmark:
-        "benchmarks/build_model/{model}.tsv"
+        paths.benchmark(paths.BUILD_MODEL)
     wildcard_constraints:
         model="|".join(DUMMY_MODELS) or NO_MATCH,
     priority: FIRST

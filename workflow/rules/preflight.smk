@@ -8,11 +8,11 @@ rule preflight_cell:
         workload=ancient(workload_file),
         model=ancient(model_dir),
     output:
-        "results/{run}/preflight/{model}/{workload}/{config}.json",
+        paths.result(paths.PREFLIGHT),
     log:
-        "logs/{run}/preflight/{model}/{workload}/{config}.log",
+        paths.log(paths.PREFLIGHT),
     benchmark:
-        "benchmarks/{run}/preflight/{model}/{workload}/{config}.tsv"
+        paths.benchmark(paths.PREFLIGHT)
     priority: preflight_priority
     conda:
         CONDA_ENV
@@ -32,11 +32,9 @@ rule preflight_report:
     input:
         preflight_paths(),
     output:
-        f"results/{RUN}/preflight/report.md",
-        f"results/{RUN}/preflight/report.parquet",
-        f"results/{RUN}/preflight/summary.json",
+        paths.preflight_report(RUN),
     log:
-        f"logs/{RUN}/preflight-report.log",
+        paths.run_log(RUN, "preflight-report"),
     localrule: True
     conda:
         LIGHT_ENV

@@ -4,9 +4,9 @@ rule tables:
     output:
         reported_table_paths(),
     log:
-        f"logs/{RUN}/tables.log",
+        paths.run_log(RUN, "tables"),
     benchmark:
-        f"benchmarks/{RUN}/tables.tsv"
+        paths.run_benchmark(RUN, "tables")
     localrule: True
     conda:
         LIGHT_ENV
@@ -25,9 +25,9 @@ rule render_figures:
     output:
         reported_figure_paths(),
     log:
-        f"logs/{RUN}/figures.log",
+        paths.run_log(RUN, "figures"),
     benchmark:
-        f"benchmarks/{RUN}/figures.tsv"
+        paths.run_benchmark(RUN, "figures")
     localrule: True
     conda:
         LIGHT_ENV
@@ -44,15 +44,15 @@ rule render_figures:
 # It has no inputs on purpose: it never schedules a cell (nor what a cell is made from).
 rule figures:
     log:
-        f"logs/{RUN}/figures-partial.log",
+        paths.run_log(RUN, "figures-partial"),
     localrule: True
     conda:
         LIGHT_ENV
     params:
         cli=SPECSWEEP,
         config=EFFECTIVE_CONFIG,
-        tables=f"results/{RUN}/tables",
-        out=f"figures/{RUN}",
+        tables=str(paths.tables_dir(RUN)),
+        out=str(paths.figures_dir(RUN)),
     shell:
         "({params.cli} tables --config {params.config:q} --out {params.tables:q} && "
         "{params.cli} figures --config {params.config:q} --tables {params.tables:q} --out {params.out:q}) "

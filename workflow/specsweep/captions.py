@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import stats
+from .claims import R_BAND
 from .errors import SpecsweepError
 from .jsonio import atomic_write_bytes
 from .view import (
-    ARTICLE_R_BAND,
     CONCURRENCY_FIGURE,
     FIGURES,
-    HEADLINE_CONFIG,
+    HEADLINE_STEP,
     K_ALPHA_WORKLOADS,
     SPEC_METHODS,
     Tables,
@@ -77,11 +78,11 @@ def _gain(data: Tables, cell: tuple[str, str, str]) -> str:
     return f"{text} {_e(data.verdict(cell))}"
 
 
-def _step(data: Tables, model: str, config: str) -> str:
+def _step(data: Tables, model: str, step: str) -> str:
     """A ladder step's settings as the tables recorded them (first measured workload of ``model``)."""
-    row = next((data.row(c) for c in sorted(data.cells) if c[0] == model and c[2] == config and data.row(c)), None)
+    row = next((data.row(c) for c in sorted(data.cells) if c[0] == model and c[2] == step and data.row(c)), None)
     if row is None:
-        return f"{_e(config)} (not measured)"
+        return f"{_e(step)} (not measured)"
     parts = []
     if row.get("method") not in (None, "none"):
         n_tok = row.get("num_speculative_tokens") or (
@@ -97,15 +98,15 @@ def _step(data: Tables, model: str, config: str) -> str:
         parts.append(f"gmu {row['gpu_memory_utilization']:.2f}")
     if row.get("async_scheduling") is not None:
         parts.append(f"async scheduling {'on' if row['async_scheduling'] else 'off'}")
-    return f"{_e(config)} ({', '.join(parts)})"
+    return f"{_e(step)} ({', '.join(parts)})"
 
 
 def _fig1(data: Tables, m: str) -> str:
     ws = data.workloads(m, canonical_all=False)
     return (
-        f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_CONFIG)}: output throughput per "
+        f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_STEP)}: output throughput per "
         "workload. Gain per workload [95 % interval] and verdict: "
-        + "; ".join(f"{_e(w)} {_gain(data, (m, w, HEADLINE_CONFIG))}" for w in ws)
+        + "; ".join(f"{_e(w)} {_gain(data, (m, w, HEADLINE_STEP))}" for w in ws)
         + "."
     )
 
@@ -154,7 +155,7 @@ def _fig4(data: Tables, m: str) -> str:
 
 def _fig5(data: Tables, _: str) -> str:
     models, known, methods, common, stat = size_stats(data)
-    meth = HEADLINE_CONFIG if HEADLINE_CONFIG in methods else (methods[0] if methods else HEADLINE_CONFIG)
+    meth = HEADLINE_STEP if HEADLINE_STEP in methods else (methods[0] if methods else HEADLINE_STEP)
     parts = []
     for m in models:
         if (meth, m) not in stat:
@@ -173,7 +174,7 @@ def _fig5(data: Tables, _: str) -> str:
 
 def _fig6(data: Tables, m: str) -> str:
     util = {}
-    for c in (data.baseline, HEADLINE_CONFIG):
+    for c in (data.baseline, HEADLINE_STEP):
         vals = [
             v.point
             for w in data.workloads(m, canonical_all=False)
@@ -230,7 +231,7 @@ def _fig8(data: Tables, _: str, others: Sequence[Tables] = ()) -> str:
         for (cfg, w, q), pts in series.items()
     ]
     runs = sorted({p.run for pts in series.values() for p in pts})
-    lo, hi = ARTICLE_R_BAND
+    lo, hi = R_BAND
     return (
         f"R (step time over {_e(data.baseline)}'s, decode steps where probed) per model size: "
         + ("; ".join(per) or "none measured")
@@ -306,14 +307,14 @@ def captions(
         run = (meta.get(b"specsweep.run") or b"").decode() or ctab.column("run")[0].as_py()
     data = Tables.load(Path(tables), run)
     data.dummy = frozenset(dummy)
-    per_engine = "each repeat on its own engine start" if data.engine_per_repeat else "caches reset between passes"
 
     def footer(d: Tables) -> str:
         """The run's conditions and n, from the cells a caption's figure draws (figure 9: those at a b)."""
         mine = [c for c in d.cells if c[0] == headline]
         device = next((r["device_name"] for r in d.rows_of(mine) if r.get("device_name")), "unknown device")
         foot = (
-            f"\n\nModel **{_e(headline)}** on {_e(device)}; {_e(d.n_text(mine))}, {per_engine}: "
+            f"\n\nModel **{_e(headline)}** on {_e(device)}; {_e(d.n_text(mine, with_replication=False))}, "
+            f"{_e(stats.REPEATS_ARE[d.replication])}: "
             "medians with [95 % intervals over engine starts; none below 2 starts]."
         )
         missing = [f"{_e(w)}/{_e(c)}" for (_, w, c) in mine if not d.n((headline, w, c))]

@@ -65,7 +65,8 @@ def _innermost(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
 
 
 def load(path: Path, expect: tuple[str, str, str, str] | None = None) -> dict[str, Any]:
-    """Load and validate a cell; with expect=(run, model, workload, config) it must also be that cell.
+    """Load and validate a cell; with expect=(run, model, workload, ladder step) it must also be that cell (the
+    step is the cell document's `config` key, its name on disk).
 
     Strict JSON (no duplicate key, NaN or Infinity), the schema, then check_consistency."""
     doc = read_json(Path(path), "cell")

@@ -50,7 +50,7 @@ from typing import Any
 from . import stats
 from .config import Study
 
-#: C6: the article's R for Llama-3.3-70B at TP 8 (also figure 8's band, specsweep.view.ARTICLE_R_BAND).
+#: C6: the article's R for Llama-3.3-70B at TP 8 (also figure 8's band and its caption).
 R_BAND: tuple[float, float] = (1.25, 1.40)
 
 LABELS = {
@@ -279,7 +279,7 @@ def decide(
 ) -> list[dict[str, Any]]:
     out = []
     dummy = {m for m, spec in study.models.items() if spec.weights == "dummy"}
-    tech = not study.engine_per_repeat
+    tech = study.technical_replicates
     r_sp = [s for s in sp if s["method"] != "none"]
     out.append(_speedup_claim("C1", r_sp, dummy, tech, lambda s: s["model_params_b"] <= 7.0, "slower"))
 
@@ -572,9 +572,9 @@ def _cpu(study: Study, crow: list[dict[str, Any]]) -> dict[str, Any]:
             f"largest {top:.1%} ({where}), {sum(v > CPU_CV_MAX for v, _ in cvs)} of {len(cvs)} cells above "
             f"{CPU_CV_MAX:.0%}"
         )
-    tech = not study.engine_per_repeat
+    tech = study.technical_replicates
     if tech:
-        ev.append(f"repeats are {stats.ONE_ENGINE} (technical replicates)")
+        ev.append(stats.REPEATS_ARE[study.replication])
     if short or any(v > CPU_CV_MAX for v, _ in cvs):
         v = "refuted"
     elif len(cvs) == len(crow) and not tech:
@@ -585,11 +585,11 @@ def _cpu(study: Study, crow: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def markdown(study: Study, decided: list[dict[str, Any]]) -> str:
-    per = "engine start" if study.engine_per_repeat else "pass on one engine (technical replicates)"
     lines = [
         f"# The article's claims, decided by run `{study.run}`",
         "",
-        f"Generated from the run's tables ({study.repeats} repeat(s) per cell planned, each repeat one {per}; "
+        f"Generated from the run's tables ({study.repeats} repeat(s) per cell planned, "
+        f"{stats.REPEATS_ARE[study.replication]}; "
         "medians, 95 % intervals over engine starts, K's over prompts); not edited by hand. See "
         "`workflow/specsweep/claims.py` for each rule.",
         "",
@@ -623,9 +623,7 @@ def readme_sentence(
     )
     ns = sorted({c["n_starts"] or c["n"] for c in crow if c["n"]})
     used = f"n = {ns[0]}" if len(ns) == 1 else (f"n = {ns[0]}–{ns[-1]}" if ns else "n = 0")
-    repeats = f"{study.repeats} repeats per cell planned, {used} measured" + (
-        "" if study.engine_per_repeat else ", passes on one engine: technical replicates"
-    )
+    repeats = f"{study.repeats} repeats per cell planned, {used} measured, {stats.REPEATS_ARE[study.replication]}"
     bands = sorted({s["band"] for s in sp if s.get("band") is not None and s["speedup"] is not None})
     band = "/".join(f"{100 * b:.1f}" for b in bands) or f"{100 * stats.BAND:.1f}"
     return (

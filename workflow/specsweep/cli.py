@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import paths
 from .errors import SpecsweepError
 
 
@@ -54,12 +55,10 @@ def _study(args: argparse.Namespace):
 
 
 def cmd_cells(args: argparse.Namespace) -> int:
-    from . import paths
-
     study = _study(args)
     order = study.schedule()
     for cell, r in order:
-        print(paths.measurement(args.results, paths.Key(study.run, cell.model, cell.workload, cell.config, r)))
+        print(paths.measurement(args.results, paths.Key(study.run, cell.model, cell.workload, cell.step, r)))
     print(f"{len(study.cells)} cells x {study.repeats} repeats = {len(order)} measurements", file=sys.stderr)
     return 0
 
@@ -121,13 +120,11 @@ def cmd_code_hash(args: argparse.Namespace) -> int:
 
 
 def _key_from_path(study: Any, out: Path):
-    """results/{run}/cells/{model}/{workload}/{config}/r{n}.json -> (root, Key), checked against the config."""
-    from . import paths
-
+    """results/{run}/cells/{model}/{workload}/{step}/r{n}.json -> (root, Key), checked against the config."""
     root, key = paths.parse(out)
     if key.run != study.run:
         raise SpecsweepError(f"cell path {out}: run '{key.run}' is not the config's run '{study.run}'")
-    study.cell(key.model, key.workload, key.config)
+    study.cell(key.model, key.workload, key.step)
     return root, key
 
 
@@ -201,7 +198,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     paths.check_no_link_out(root, out)
     if out.exists() and not args.force:
         raise SpecsweepError(f"cell path {out}: exists; pass --force to replace it with the archived measurement")
-    doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.config))
+    doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.step))
     atomic_write_json(out, doc)
     print(
         f"restored {out} from {arch[-1]}; if Snakemake marked it incomplete (an interrupted job), tell it the "
@@ -214,7 +211,7 @@ def cmd_engine_host(args: argparse.Namespace) -> int:
     from .runner import run_engine_host
 
     study = _study(args)
-    cell = next((c for c in study.cells if c.model == args.model and c.config == args.ladder_step), None)
+    cell = next((c for c in study.cells if c.model == args.model and c.step == args.ladder_step), None)
     if cell is None:
         raise SpecsweepError(f"engine-host: no cell of model '{args.model}' and ladder step '{args.ladder_step}'")
     run_engine_host(study, cell, args.repeat, args.model_path, args.key, args.token)
@@ -222,14 +219,14 @@ def cmd_engine_host(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight_cell(args: argparse.Namespace) -> int:
-    from . import paths, preflight
+    from . import preflight
 
     study = _study(args)
     out = Path(args.out)
-    root, run, model, workload, config = paths.parse_preflight(out)
+    root, run, model, workload, step = paths.parse_preflight(out)
     if run != study.run:
         raise SpecsweepError(f"preflight path {out}: run '{run}' is not the config's run '{study.run}'")
-    cell = study.cell(model, workload, config)
+    cell = study.cell(model, workload, step)
     record = preflight.preflight_cell(
         study, cell, root, out, Path(args.workload_file), args.model_path, args.config, args.log, args.watch_pid
     )
@@ -241,7 +238,7 @@ def cmd_preflight_report(args: argparse.Namespace) -> int:
     from . import preflight
 
     study = _study(args)
-    summary = preflight.report(study, Path(args.results), Path(args.results) / study.run / "preflight")
+    summary = preflight.report(study, Path(args.results), paths.preflight_dir(study.run, args.results))
     print(json.dumps(summary, sort_keys=True))
     return 0
 
@@ -264,10 +261,10 @@ def cmd_engines(args: argparse.Namespace) -> int:
 
 
 def _cell_arg(study: Any, text: str) -> Any:
-    """--cell model/workload/config -> the study's Cell (one-line error otherwise)."""
+    """--cell model/workload/step -> the study's Cell (one-line error otherwise)."""
     parts = text.split("/")
     if len(parts) != 3:
-        raise SpecsweepError(f"--cell {text}: expected model/workload/config")
+        raise SpecsweepError(f"--cell {text}: expected model/workload/step")
     return study.cell(*parts)
 
 
@@ -362,7 +359,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
         write_captions(
             Path(args.tables),
             study.raw["headline_model"],
-            staged / "captions",
+            staged / paths.CAPTIONS,
             r_runs=r_runs,
             dummy=dummy,
             left_out=manifest["left_out"],
@@ -435,15 +432,17 @@ def cmd_advise(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from . import validate
 
-    cells_dir = Path(args.results) / args.run / "cells"
-    tables = Path(args.tables) if args.tables else Path(args.results) / args.run / "tables"
-    out = Path(args.out) if args.out else Path(args.results) / args.run / "validation"
+    cells_dir = paths.cells_dir(args.run, args.results)
+    tables = Path(args.tables) if args.tables else paths.tables_dir(args.run, args.results)
+    out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation"
     got = validate.validate(cells_dir, tables, out, Path(args.configs) if args.configs else None)
     print(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
     return 0
 
 
 def parser() -> argparse.ArgumentParser:
+    from .config import SPEC_METHODS
+
     p = argparse.ArgumentParser(prog="specsweep", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -490,13 +489,13 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_dummy_model)
     sp = add("run-cell", cmd_run_cell, "measure one cell repeat")
     sp.add_argument("--workload-file", required=True)
-    sp.add_argument("--out", required=True, help="results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json")
+    sp.add_argument("--out", required=True, help=paths.MEASUREMENT)
     sp.add_argument("--model-path", help="local model folder (models built by a rule)")
     sp.add_argument("--log", help="the job's log file, named in a failure record")
     sp.add_argument("--no-reuse", action="store_true", help="start the engine in this process (no engine host)")
     sp.add_argument("--watch-pid", type=int, help="write nothing if this process (the scheduler) has died")
     sp = add("restore", cmd_restore, "put a cell repeat's newest archived measurement back at its path")
-    sp.add_argument("path", help="results/{run}/cells/{model}/{workload}/{config}/r{repeat}.json")
+    sp.add_argument("path", help=paths.MEASUREMENT)
     sp.add_argument("--force", action="store_true", help="replace an existing measurement")
     sp = add("engine-host", cmd_engine_host, "(internal) keep one engine alive and measure what cell jobs ask")
     sp.add_argument("--model", required=True)
@@ -507,7 +506,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--token", help="the random token of the host's record (proves the process is this host)")
     sp = add("preflight-cell", cmd_preflight_cell, "try one cell (repeat 1) and write its preflight verdict")
     sp.add_argument("--workload-file", required=True)
-    sp.add_argument("--out", required=True, help="results/{run}/preflight/{model}/{workload}/{config}.json")
+    sp.add_argument("--out", required=True, help=paths.result(paths.PREFLIGHT))
     sp.add_argument("--model-path")
     sp.add_argument("--log")
     sp.add_argument("--watch-pid", type=int)
@@ -521,12 +520,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--config", help="ignored (for symmetry with the other subcommands)")
     sp.set_defaults(func=cmd_engines)
     sp = add("harness", cmd_harness, "the same cell through vLLM's own throughput harness (fidelity check)")
-    sp.add_argument("--cell", required=True, help="model/workload/config")
+    sp.add_argument("--cell", required=True, help="model/workload/step (a ladder step)")
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True)
     sp.add_argument("--model-path")
     sp = add("fidelity", cmd_fidelity, "specsweep vs vLLM's run_vllm, fresh engines, interleaved runs")
-    sp.add_argument("--cell", required=True, help="model/workload/config")
+    sp.add_argument("--cell", required=True, help="model/workload/step (a ladder step)")
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True, help="results/{run}/tables/fidelity.json")
     sp.add_argument("--model-path")
@@ -561,7 +560,7 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--cell", help="a real-weight cell (r{n}.json) with its token file; its drafter settings")
     sp.add_argument("--tokenizer", help="the model's tokenizer folder (checked against a cell's)")
     sp.add_argument("--out", required=True, help="the replay report (JSON)")
-    sp.add_argument("--method", choices=["ngram", "suffix"])
+    sp.add_argument("--method", choices=SPEC_METHODS)
     sp.add_argument("--num-speculative-tokens", type=int)
     sp.add_argument("--prompt-lookup-min", type=int, help="ngram (vLLM's default: 5 when neither is given)")
     sp.add_argument("--prompt-lookup-max", type=int)

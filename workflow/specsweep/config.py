@@ -20,9 +20,11 @@ import yaml
 from .architectures import load_architecture, tp_problems
 from .errors import SpecsweepError
 from .fetch import hub_url, is_hub_id
+from .jsonio import sha256_obj
 from .paths import at_concurrency, split_workload
 from .preflight_checks import check_env
 from .safeyaml import check_data, load_yaml
+from .stats import ENGINE_STARTS, ONE_ENGINE
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 BASE_KINDS = ("sonnet", "chat", "code")
@@ -86,13 +88,17 @@ class LadderStep:
 
 @dataclass(frozen=True, order=True)
 class Cell:
+    """One cell of the matrix: a model, a workload (`code@b8` at a concurrency) and a ladder step (vanilla,
+    ngram, ...). On disk and in the tables the step is named `config` (cell and preflight JSON, the tables'
+    column), the name it had when those formats were fixed."""
+
     model: str
     workload: str
-    config: str
+    step: str
 
     @property
     def key(self) -> str:
-        return f"{self.model}/{self.workload}/{self.config}"
+        return f"{self.model}/{self.workload}/{self.step}"
 
     @property
     def base_workload(self) -> str:
@@ -140,9 +146,24 @@ class Study:
 
     @property
     def engine_per_repeat(self) -> bool:
-        """True (default): every repeat of a (model, ladder step) gets its own engine start. False: the repeats
-        are passes on one engine (reset between passes), for engines too costly to start per repeat."""
+        """The config key, as the scheduler reads it: True (default), every repeat of a (model, ladder step) gets
+        its own engine start; False, one engine per (model, ladder step) runs its repeats as passes (reset
+        between passes), for engines too costly to start per repeat. What that means for the results is
+        `replication`."""
         return bool(self.raw["engine_per_repeat"])
+
+    @property
+    def replication(self) -> str:
+        """What the run's repeats are: stats.ENGINE_STARTS (engine_per_repeat, the default: each repeat its own
+        engine start, the unit of replication) or stats.ONE_ENGINE (passes on one engine: technical replicates,
+        never counted as n, deciding no verdict). The tables, claims, figures and captions say it from here;
+        stats.REPEATS_ARE is its wording."""
+        return ENGINE_STARTS if self.engine_per_repeat else ONE_ENGINE
+
+    @property
+    def technical_replicates(self) -> bool:
+        """Whether the repeats are passes on one engine (replication stats.ONE_ENGINE)."""
+        return self.replication == ONE_ENGINE
 
     @property
     def side_by_side(self) -> bool:
@@ -182,7 +203,7 @@ class Study:
         engine_per_repeat: false has one engine per (model, step), its repeats passes on it: the steps of a
         model follow the same seeded permutation, but the passes of one arm are blocked together.
         """
-        used = {(c.model, c.config) for c in self.cells}
+        used = {(c.model, c.step) for c in self.cells}
         base: dict[str, list[str]] = {}
         for model in self.models:
             # sorted first: the permutation must not depend on the order of the ladder's keys (the jobs read a
@@ -206,7 +227,7 @@ class Study:
         repeats are passes on one engine)."""
         by_engine: dict[tuple[str, str], list[Cell]] = {}
         for cell in self.cells:
-            by_engine.setdefault((cell.model, cell.config), []).append(cell)
+            by_engine.setdefault((cell.model, cell.step), []).append(cell)
         order: list[tuple[Cell, int]] = []
         for model, step, r in self.engine_order():
             cells = by_engine[(model, step)]
@@ -224,7 +245,7 @@ class Study:
             return order
         by_engine: dict[tuple[str, str, int], list[tuple[Cell, int]]] = {}
         for cell, r in order:
-            by_engine.setdefault((cell.model, cell.config, self.engine_repeat(r)), []).append((cell, r))
+            by_engine.setdefault((cell.model, cell.step, self.engine_repeat(r)), []).append((cell, r))
         engines = list(by_engine.values())
         out: list[tuple[Cell, int]] = []
         for i in range(0, len(engines), lanes):
@@ -238,7 +259,7 @@ class Study:
         (1-based) and their number, and the order (`interleaved`: one engine per repeat, in rounds;
         `blocked`: one engine per (model, step), its repeats passes on it)."""
         order = self.engine_order()
-        position = order.index((cell.model, cell.config, self.engine_repeat(repeat))) + 1
+        position = order.index((cell.model, cell.step, self.engine_repeat(repeat))) + 1
         return {
             "seed": self.schedule_seed,
             "position": position,
@@ -246,8 +267,8 @@ class Study:
             "order": "interleaved" if self.engine_per_repeat else "blocked",
         }
 
-    def cell(self, model: str, workload: str, config: str) -> Cell:
-        c = Cell(model, workload, config)
+    def cell(self, model: str, workload: str, step: str) -> Cell:
+        c = Cell(model, workload, step)
         if c not in self.cell_groups:
             raise SpecsweepError(f"cell {c.key}: not part of run '{self.run}' (see its groups)")
         return c
@@ -258,10 +279,20 @@ class Study:
         hash)."""
         return {k: v for k, v in self.raw["workloads"][name].items() if k not in AXIS_KEYS}
 
+    def workload_hash(self, name: str) -> str:
+        """The 12 hex digits in the name of a workload's file (paths.WORKLOAD's `whash`): the hash of everything
+        its prompts are made from (its entry and those of its parts, the seed, the warm-up count, the corpus),
+        so that a changed setting names a new file instead of reusing a stale one."""
+        spec = self.workload_raw(name)
+        parts = {p: self.workload_raw(p) for p in (spec.get("parts") or {})}
+        return sha256_obj([spec, parts, self.raw["seed"], self.raw["warmup_prompts"], self.raw["corpus"]["sha256"]])[
+            :12
+        ]
+
     def cell_settings(self, cell: Cell) -> dict[str, Any]:
         """Everything that defines how a cell runs: hashed into the cell's config_sha256."""
         model = self.models[cell.model]
-        step = self.ladder[cell.config]
+        step = self.ladder[cell.step]
         engine = dict(self.engine)
         if model.dtype:
             engine["dtype"] = model.dtype
@@ -299,7 +330,7 @@ class Study:
         steps, and only when the warm-up's responses are evicted (`keep`, the behaviour of cells measured before
         the key existed, adds nothing, so their settings hash is unchanged)."""
         mode = self.raw.get("suffix_cache_after_warmup", "empty")
-        if self.ladder[cell.config].method != "suffix" or mode == "keep":
+        if self.ladder[cell.step].method != "suffix" or mode == "keep":
             return {}
         return {"suffix_cache_after_warmup": mode}
 
@@ -430,6 +461,7 @@ def load_study(path: Path | str, overrides: dict[str, Any] | None = None) -> Stu
 def build_study(cfg: dict[str, Any], source: str = "config") -> Study:
     """Validate (data, schema, semantics) and expand the matrix. cfg gets its defaults filled in place."""
     check_data(cfg, source)
+    _check_group_keys(cfg, source)
     fill_and_validate_schema(cfg, source)
     study = Study(raw=cfg)
     _check_models(study, source)
@@ -570,21 +602,43 @@ def _check_ladder(study: Study, source: str) -> None:
         raise SpecsweepError(f"{source}: baseline: '{study.raw['baseline']}' is speculative; the baseline must not be")
 
 
+def _check_group_keys(cfg: dict[str, Any], source: str) -> None:
+    """A group naming its ladder steps twice, as `steps` and as `configs`, is refused with one line (the
+    schema's own message would only say it needs one of them)."""
+    groups = cfg.get("groups")
+    for gname, g in groups.items() if isinstance(groups, dict) else ():
+        if isinstance(g, dict) and "steps" in g and "configs" in g:
+            raise SpecsweepError(
+                f"{source}: groups.{gname}: both steps and configs (the former name of steps): give one"
+            )
+
+
+def group_steps_key(group: dict[str, Any]) -> str:
+    """The key of a group's ladder steps: `steps`, or `configs`, its former name (the schema lets a group
+    give exactly one of the two)."""
+    return "configs" if "configs" in group else "steps"
+
+
 def _expand(study: Study, source: str) -> None:
     for gname, g in study.raw["groups"].items():
-        for axis, known in (("models", study.models), ("workloads", study.workloads), ("configs", study.ladder)):
+        steps = group_steps_key(g)
+        for axis, what, known in (
+            ("models", "model", study.models),
+            ("workloads", "workload", study.workloads),
+            (steps, "ladder step", study.ladder),
+        ):
             seen: set[str] = set()
             for item in g[axis]:
                 if item not in known:
                     raise SpecsweepError(
-                        f"{source}: groups.{gname}.{axis}: unknown {axis[:-1]} '{item}' (known: {', '.join(known)})"
+                        f"{source}: groups.{gname}.{axis}: unknown {what} '{item}' (known: {', '.join(known)})"
                     )
                 if item in seen:
                     raise SpecsweepError(f"{source}: groups.{gname}.{axis}: '{item}' listed twice")
                 seen.add(item)
         for m in g["models"]:
             for w in g["workloads"]:
-                for c in g["configs"]:
+                for c in g[steps]:
                     cell = Cell(m, w, c)
                     if cell in study.cell_groups:
                         raise SpecsweepError(

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from . import claims, stats
+from . import claims, paths, stats
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A block; an empty one (its end marker on the next line) matches too, so that it is filled, not skipped.
@@ -122,23 +122,24 @@ def _row(root: Path, run: str, config: Path | None) -> str:
     what = measures(config) if config else ""
     cfg = yaml.safe_load(config.read_text()) if config else {}
     dummy = bool(cfg.get("models")) and all(m.get("weights") == "dummy" for m in cfg["models"])
-    tables = root / "results" / run / "tables"
-    pre = root / "results" / run / "preflight"
+    tables = paths.tables_dir(run, root / paths.RESULTS)
+    pre = paths.preflight_dir(run, root / paths.RESULTS)
+    md, parquet, summary_json = paths.PREFLIGHT_REPORT
     if (tables / "measurements.parquet").is_file():
         starts = json.loads((tables / "gpu_time.json").read_text())["engine_starts"]
         reps = ", ".join(sorted({r for r in _column(tables / "cells.parquet", "replication") if r})) or "–"
         status = _column(tables / "measurements.parquet", "status")
         done = f"{status.count('ok')} of {len(status)}"
         models = _models(list(dict.fromkeys(_column(tables / "measurements.parquet", "model"))), dummy)
-        out = f"[claims](results/{run}/tables/claims.md)"
-    elif (pre / "summary.json").is_file():
-        summary = json.loads((pre / "summary.json").read_text())
+        out = f"[claims]({(tables / 'claims.md').relative_to(root).as_posix()})"
+    elif (pre / summary_json).is_file():
+        summary = json.loads((pre / summary_json).read_text())
         verdicts = ", ".join(f"{v} {k}" for k, v in summary["cells"].items())
         done = f"{sum(summary['cells'].values())} verdicts: {verdicts}"
         starts = summary["engines"].get("ok", 0) + summary["engines"].get("failed", 0)
         reps = "one pass per cell"
-        models = _models(list(dict.fromkeys(_column(pre / "report.parquet", "model"))), dummy)
-        out = f"[report](results/{run}/preflight/report.md)"
+        models = _models(list(dict.fromkeys(_column(pre / parquet, "model"))), dummy)
+        out = f"[report]({(pre / md).relative_to(root).as_posix()})"
     else:
         return f"| {page} | – | {what} | not committed yet | – | – | – |"
     return f"| {page} | {models} | {what} | {done} | {starts} | {reps} | {out} |"

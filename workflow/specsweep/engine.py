@@ -74,7 +74,7 @@ def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
 
 def cell_env(study: Study, cell: Cell) -> dict[str, str]:
     """The process environment of a cell: the study's env, then the ladder step's own."""
-    return dict(study.raw["env"]) | dict(study.ladder[cell.config].env or {})
+    return dict(study.raw["env"]) | dict(study.ladder[cell.step].env or {})
 
 
 def engine_identity(study: Study, cell: Cell, model: str, repeat: int) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def engine_identity(study: Study, cell: Cell, model: str, repeat: int) -> dict[s
     return {
         "run": study.run,
         "model": cell.model,
-        "config": cell.config,
+        "config": cell.step,  # the ladder step, under the key the engine keys were first hashed with
         "repeat": study.engine_repeat(repeat),
         "kwargs": engine_kwargs(study, cell, model),
         "env": cell_env(study, cell),
@@ -171,7 +171,7 @@ class Engine:
     def __init__(self, study: Study, cell: Cell, model: str, repeat: int) -> None:
         self.study, self.model, self.repeat = study, model, repeat
         self.spec = study.models[cell.model]
-        self.config = cell.config
+        self.step = cell.step
         self.identity = engine_identity(study, cell, model, repeat)
         self.key = engine_key(self.identity)
         self.measured = 0
@@ -185,7 +185,7 @@ class Engine:
     def start(self) -> None:
         for key, value in self.identity["env"].items():
             os.environ[key] = value
-        if self.study.ladder[self.config].method == "suffix":
+        if self.study.ladder[self.step].method == "suffix":
             # the suffix-cache reset runs a function on the workers (see reset_caches)
             os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
         if Path(self.model).is_dir():  # which weights exactly: revision and a hash of the file manifest
@@ -209,9 +209,9 @@ class Engine:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        if cell.model != self.identity["model"] or cell.config != self.config:
+        if cell.model != self.identity["model"] or cell.step != self.step:
             raise SpecsweepError(
-                f"engine {self.key}: cannot measure {cell.key} (it serves {self.identity['model']}/*/{self.config})"
+                f"engine {self.key}: cannot measure {cell.key} (it serves {self.identity['model']}/*/{self.step})"
             )
         wl = workloads.load(workload_path)
         if wl["name"] != cell.base_workload:
@@ -231,7 +231,7 @@ class Engine:
                 )
         self.measured += 1
         position = self.measured
-        method = self.study.ladder[self.config].method
+        method = self.study.ladder[self.step].method
         resets = reset_caches(llm, None if method == "none" else method)
 
         tokenizer = llm.get_tokenizer()

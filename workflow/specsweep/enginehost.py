@@ -887,7 +887,7 @@ def measure_via_host(key: str, msg: dict[str, Any], d: Path) -> dict[str, Any]:
     return reply["doc"]
 
 
-def host_argv(config: str, model: str, config_name: str, repeat: int, model_path: str | None, key: str) -> list[str]:
+def host_argv(config: str, model: str, step: str, repeat: int, model_path: str | None, key: str) -> list[str]:
     argv = [
         sys.executable,
         "-m",
@@ -898,7 +898,7 @@ def host_argv(config: str, model: str, config_name: str, repeat: int, model_path
         "--model",
         model,
         "--ladder-step",
-        config_name,
+        step,
         "--repeat",
         str(repeat),
         "--key",

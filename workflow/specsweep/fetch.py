@@ -30,6 +30,7 @@ from typing import Any
 
 from .errors import SpecsweepError
 from .jsonio import atomic_write_json, sha256_obj
+from .paths import MODELS
 
 RECORD = "specsweep-fetch.json"
 FORMAT = "specsweep-fetch/1"
@@ -540,7 +541,7 @@ def model_record(model_dir: Path | str, expect_revision: str | None = None) -> d
     }
 
 
-def stale_fetches(models: dict[str, tuple[str, str]], root: Path | str = "resources/models") -> None:
+def stale_fetches(models: dict[str, tuple[str, str]], root: Path | str = MODELS) -> None:
     """At workflow parse time: a fetched folder whose record names another repo or revision than the config's
     would be measured silently (its mtime says it is up to date). One line naming it instead."""
     for name, (repo_id, revision) in sorted(models.items()):

@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from . import stats
+from .claims import R_BAND
 from .labels import agg_renderer, dodge_1d, place_labels
+from .paths import FIGURES_MANIFEST
 from .view import (
-    ARTICLE_R_BAND,
     CONCURRENCY_FIGURE,
     FIGURES,
-    HEADLINE_CONFIG,
+    HEADLINE_STEP,
     K_ALPHA_WORKLOADS,
     LADDER,
     SPEC_METHODS,
@@ -170,8 +171,8 @@ class _Needs:
         }
 
 
-def _grid(models: Sequence[str], workloads: Sequence[str], configs: Sequence[str]) -> list[Cell]:
-    return [(m, w, c) for m in models for w in workloads for c in configs]
+def _grid(models: Sequence[str], workloads: Sequence[str], steps: Sequence[str]) -> list[Cell]:
+    return [(m, w, c) for m in models for w in workloads for c in steps]
 
 
 # ------------------------------------------------------------------ drawing helpers
@@ -429,14 +430,14 @@ class _Ctx:
             return False
         raise LeftOut(f"model {self.model!r} has no rows in run {self.data.run!r}")
 
-    def color(self, config: str) -> str:
-        return COLORS["baseline"] if config == self.data.baseline else COLORS.get(config, "#333333")
+    def color(self, step: str) -> str:
+        return COLORS["baseline"] if step == self.data.baseline else COLORS.get(step, "#333333")
 
 
 def _baseline_vs_headline(ctx: _Ctx) -> tuple[list[str], tuple[str, str], _Needs]:
-    """The headline model's workloads, the two configs compared, and the cells that needs (figures 1 and 6)."""
+    """The headline model's workloads, the two steps compared, and the cells that needs (figures 1 and 6)."""
     workloads = ctx.data.workloads(ctx.model, canonical_all=True)
-    series = (ctx.data.baseline, HEADLINE_CONFIG)
+    series = (ctx.data.baseline, HEADLINE_STEP)
     return workloads, series, _Needs.of(ctx.data, _grid([ctx.model], workloads, series))
 
 
@@ -447,16 +448,16 @@ def _throughput_bars(
     series: Sequence[str],
     values: Mapping[tuple[str, str], Val | None],
     labels: Mapping[tuple[str, str], tuple[str, str]],
-    config_of: Callable[[str, str], str],
+    step_of: Callable[[str, str], str],
     xlabel: str,
 ) -> None:
-    """Output tokens/s bars (figures 1 and 3), each coloured by its ladder step (`config_of(group, series)`)."""
+    """Output tokens/s bars (figures 1 and 3), each coloured by its ladder step (`step_of(group, series)`)."""
     _bars(
         ax,
         groups,
         series,
         values,
-        color=lambda g, sr: ctx.color(config_of(g, sr)),
+        color=lambda g, sr: ctx.color(step_of(g, sr)),
         labels=labels,
         ylabel="output tokens/s",
         repeats=ctx.data.repeats,
@@ -469,15 +470,15 @@ def _throughput_bars(
 def _fig1_headline(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
     workloads, series, needs = _baseline_vs_headline(ctx)
-    title = f"{model}: {data.baseline} vs {HEADLINE_CONFIG}, output throughput per workload"
+    title = f"{model}: {data.baseline} vs {HEADLINE_STEP}, output throughput per workload"
     with ctx.figure("fig1_headline", needs, (9.0, 4.8), 1, title, top_extra_in=0.25) as (ax,):
         if ctx.headline_absent(needs, [ax]):
             return needs
         values = {(w, c): data.val((model, w, c), "output_tok_s") for w in workloads for c in series}
-        labels = {(w, HEADLINE_CONFIG): _gain_label(data, (model, w, HEADLINE_CONFIG)) for w in workloads}
+        labels = {(w, HEADLINE_STEP): _gain_label(data, (model, w, HEADLINE_STEP)) for w in workloads}
         _throughput_bars(ctx, ax, workloads, series, values, labels, lambda _, c: c, "workload")
         needs.notes.append(
-            f"labels: speedup of {HEADLINE_CONFIG} over {data.baseline} as % with its 95 % "
+            f"labels: speedup of {HEADLINE_STEP} over {data.baseline} as % with its 95 % "
             "interval (speedup.parquet speedup/_lo/_hi), coloured by verdict"
         )
     return needs
@@ -835,7 +836,7 @@ def _display(ax: Axes, x: float, y: float) -> tuple[float, float]:
 def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
     workloads, series, needs = _baseline_vs_headline(ctx)
-    title = f"{model}: GPU utilisation, throughput and wall time, {data.baseline} vs {HEADLINE_CONFIG}"
+    title = f"{model}: GPU utilisation, throughput and wall time, {data.baseline} vs {HEADLINE_STEP}"
     panels = [
         ("gpu_util_mean", "GPU utilisation (mean %)", "GPU utilisation"),
         ("output_tok_s", "output tokens/s", "output throughput"),
@@ -896,10 +897,10 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
             preds.append((cell, p, data.val(cell, "K")))
         if not preds:
             raise LeftOut("no speculative cell with per-position acceptance counts: nothing to predict K from")
-        configs = ordered([c for (_, _, c), _, _ in preds], LADDER)
+        steps = ordered([c for (_, _, c), _, _ in preds], LADDER)
         forms = (("K_linear", "o", "linear"), ("K_leviathan", "^", "Leviathan"))
         lo_v, hi_v = 1.0, 2.0
-        for cfg in configs:
+        for cfg in steps:
             mine = [(cell, p, k) for cell, p, k in preds if cell[2] == cfg]
             for key, marker, _ in forms:
                 xs = [p["K"] for _, p, _ in mine]
@@ -956,7 +957,7 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
             needs.notes.append(err_text)
         ax_p.set_title(f"a) {err_text or 'no speculative cell with per-position counts'}", loc="left", fontsize=8)
         handles = [
-            *[Line2D([], [], color=ctx.color(c), marker="s", linestyle="none", markersize=6, label=c) for c in configs],
+            *[Line2D([], [], color=ctx.color(c), marker="s", linestyle="none", markersize=6, label=c) for c in steps],
             *[
                 Line2D(
                     [],
@@ -1093,9 +1094,9 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
 
     data = ctx.data
     models, _, _, _ = r_at_scale(data)
-    configs, workloads, every = r_points(data, ctx.r_runs)
+    steps, workloads, every = r_points(data, ctx.r_runs)
     series = r_lines(every)
-    needs = _Needs.of(data, [(m, w, c) for m in models for w in workloads for c in (data.baseline, *configs)])
+    needs = _Needs.of(data, [(m, w, c) for m in models for w in workloads for c in (data.baseline, *steps)])
     title = (
         "R at scale: step time of each drafter over the baseline's, against model size "
         f"({', '.join(workloads) or 'no workload'})"
@@ -1117,7 +1118,7 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     legend_in = 0.18 * rows
     size = (8.5, 6.0 + legend_in)
     with ctx.figure("fig8_r_at_scale", needs, size, 1, title, top_extra_in=0.1, bottom_in=0.55 + legend_in) as (ax,):
-        lo, hi = ARTICLE_R_BAND
+        lo, hi = R_BAND
         top = max(max(p.r.point for p in points) * R_HEADROOM, hi * 1.15)
         bottom = min(min(min(p.r.point, p.r.lo if p.r.lo is not None else p.r.point) for p in points) / 1.08, 0.95)
         ax.set_yscale("log")
@@ -1388,7 +1389,7 @@ def render_all(
         "left_out": {stem: skipped[stem] for stem in FIGURES if stem in skipped},
     }
     text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-    _atomic_write(out_dir / "manifest.json", lambda fh: fh.write(text.encode("utf-8")))
+    _atomic_write(out_dir / FIGURES_MANIFEST, lambda fh: fh.write(text.encode("utf-8")))
     return manifest
 
 

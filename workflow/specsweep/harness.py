@@ -61,7 +61,7 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
         "run": study.run,
         "model": cell.model,
         "workload": cell.workload,
-        "config": cell.config,
+        "config": cell.step,
         "prompts": len(timed),
         "elapsed_s": elapsed,
         "input_tokens": input_tokens,

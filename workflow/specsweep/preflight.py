@@ -5,7 +5,7 @@ its (model, ladder step), with the config's own engine settings and whatever wei
 (`weights: dummy` in config/preflight.yaml: the architecture's shape, random values). Each cell job writes a
 verdict, whatever happens, so one failing cell never stops the others:
 
-results/{run}/preflight/{model}/{workload}/{config}.json
+results/{run}/preflight/{model}/{workload}/{step}.json  (the step under the key `config`, as in a cell)
     status  ok        the engine started and the cell generated
             failed    the first error, one line (vLLM's config checks, out of memory, graph capture, ...)
             refused   vLLM would refuse the engine, known without starting it (static_refusal): more GPUs
@@ -187,7 +187,7 @@ def preflight_cell(
         "run": study.run,
         "model": cell.model,
         "workload": cell.workload,
-        "config": cell.config,
+        "config": cell.step,
         "params_b": spec.params_b,
         "tp": spec.tp,
         "weights": spec.weights,
@@ -206,7 +206,7 @@ def preflight_cell(
     if known:
         record |= {"status": known[0], "error": known[1]}
     else:
-        key = paths.Key(study.run, cell.model, cell.workload, cell.config, 1)
+        key = paths.Key(study.run, cell.model, cell.workload, cell.step, 1)
         try:
             doc = run_cell(study, key, root, workload_path, model_path, config_path, log_path, True, watch_pid)
             record |= {"status": "ok", "error": None} | from_doc(doc)
@@ -222,13 +222,13 @@ def preflight_cell(
 def load_verdicts(study: Study, root: Path | str) -> list[dict[str, Any]]:
     rows = []
     for cell in study.cells:
-        p = paths.preflight(root, study.run, cell.model, cell.workload, cell.config)
+        p = paths.preflight(root, study.run, cell.model, cell.workload, cell.step)
         if p.is_file():
             rec = read_json(p, "preflight verdict")
             if not isinstance(rec, dict) or rec.get("format") != FORMAT:
                 raise SpecsweepError(f"preflight verdict {p}: not a {FORMAT} record")
         else:
-            rec = {"model": cell.model, "workload": cell.workload, "config": cell.config, "status": "not run"}
+            rec = {"model": cell.model, "workload": cell.workload, "config": cell.step, "status": "not run"}
             rec |= {"params_b": study.models[cell.model].params_b, "tp": study.models[cell.model].tp}
         rows.append(rec)
     return rows
@@ -334,10 +334,11 @@ def report(study: Study, root: Path | str, out_dir: Path) -> dict[str, Any]:
         ]
         lines.append("| " + " | ".join(_fmt(c) for c in cells_) + " |")
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out_dir / "report.md", ("\n".join(lines) + "\n").encode())
-    atomic_write_bytes(out_dir / "report.parquet", _parquet_bytes(table))
+    md, parquet, summary_json = paths.PREFLIGHT_REPORT
+    atomic_write_bytes(out_dir / md, ("\n".join(lines) + "\n").encode())
+    atomic_write_bytes(out_dir / parquet, _parquet_bytes(table))
     summary = {"run": study.run, "cells": counts, "engines": verdicts}
-    atomic_write_json(out_dir / "summary.json", summary)
+    atomic_write_json(out_dir / summary_json, summary)
     return summary
 
 

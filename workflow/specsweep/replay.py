@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from .config import SPEC_METHODS
 from .errors import SpecsweepError
 
 FORMAT = "specsweep-replay/1"
@@ -82,8 +83,8 @@ class Drafter:
 
     def resolved(self) -> Drafter:
         """The settings as vLLM resolves them (its defaults filled in), checked: one line naming the field."""
-        if self.method not in ("ngram", "suffix"):
-            raise SpecsweepError(f"drafter method '{self.method}': replay knows ngram and suffix")
+        if self.method not in SPEC_METHODS:
+            raise SpecsweepError(f"drafter method '{self.method}': replay knows {' and '.join(SPEC_METHODS)}")
         k = self.num_speculative_tokens
         if self.method == "suffix":
             if self.suffix_decoding_max_tree_depth < 1:

@@ -65,7 +65,7 @@ def build_doc(
         "run": study.run,
         "model": cell.model,
         "workload": cell.workload,
-        "config": cell.config,
+        "config": cell.step,
         "repeat": repeat,
         "group": study.cell_groups.get(cell),
         "units": dict(cells.UNITS),
@@ -255,9 +255,9 @@ def run_engine_host(
     print(f"engine {key}: ready in {engine.import_s:.1f} s import + {engine.engine_start_s:.1f} s start", flush=True)
 
     def handle(msg: dict[str, Any]) -> dict[str, Any]:
-        label = f"{cell.model}/{msg.get('workload')}/{cell.config}"
+        label = f"{cell.model}/{msg.get('workload')}/{cell.step}"
         try:
-            c = study.cell(cell.model, str(msg["workload"]), cell.config)
+            c = study.cell(cell.model, str(msg["workload"]), cell.step)
         except (KeyError, SpecsweepError):
             raise enginehost.StaleHostError(
                 f"engine {key}: its config (as read at its start) has no cell {label}"
@@ -365,7 +365,7 @@ def run_cell(
     it the engine starts in this process and ends with it."""
     t_start = time.time()
     started = provenance.utc_now()
-    cell = study.cell(key.model, key.workload, key.config)
+    cell = study.cell(key.model, key.workload, key.step)
     if not 1 <= key.repeat <= study.repeats:
         raise SpecsweepError(f"cell {key.label}: repeat {key.repeat} is outside 1..{study.repeats} (config repeats)")
     out_path = paths.measurement(root, key)
@@ -400,7 +400,7 @@ def run_cell(
             argv = enginehost.host_argv(
                 str(Path(config_path).resolve()),
                 cell.model,
-                cell.config,
+                cell.step,
                 key.repeat,
                 model if Path(model).is_dir() else None,
                 ekey,
@@ -503,7 +503,7 @@ def _write_failure(
         "run": study.run,
         "model": key.model,
         "workload": key.workload,
-        "config": key.config,
+        "config": key.step,
         "repeat": key.repeat,
         "error_type": type(exc).__name__,
         "message": _message(exc),

@@ -40,9 +40,16 @@ BAND = 0.03
 MIN_PROMPTS = 10
 
 #: The tables' `replication` of a cell whose repeats ran on one engine (`engine_per_repeat: false`): technical
-#: replicates, no interval; and of one whose repeats each had an engine start of their own.
+#: replicates, no interval; and of one whose repeats each had an engine start of their own. A run's replication
+#: is config.Study.replication (of its tables: view.Tables.replication).
 ONE_ENGINE = "passes on one engine"
 ENGINE_STARTS = "engine starts"
+#: A run's repeats in one phrase, by its replication: the summary, the claims, the README sentence, the figures
+#: and the captions say it so.
+REPEATS_ARE = {
+    ENGINE_STARTS: "each repeat on its own engine start",
+    ONE_ENGINE: f"the repeats are {ONE_ENGINE}, caches reset between them: technical replicates, not counted as n",
+}
 
 VERDICT_RULE = (
     "A speedup is `faster` (`slower`) only when its whole 95 % interval (Welch t on log throughput over engine "

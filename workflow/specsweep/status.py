@@ -25,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from . import paths
 from .config import Study
 
 STATES = ("done", "failed", "stale", "left")
@@ -38,8 +39,8 @@ def outputs(study: Study, results: Path) -> dict[str, Any]:
     from .jsonio import read_json
     from .tables import MANIFEST, checked_bytes, manifest_sha256
 
-    tables = Path(results) / study.run / "tables"
-    figures = Path(results).parent / "figures" / study.run
+    tables = paths.tables_dir(study.run, results)
+    figures = paths.figures_dir(study.run, Path(results).parent)
     doc: dict[str, Any] = {"tables": str(tables), "tables_problem": None, "figures": str(figures)}
     have = manifest_sha256(tables)
     try:
@@ -49,13 +50,13 @@ def outputs(study: Study, results: Path) -> dict[str, Any]:
     except SpecsweepError as exc:
         doc["tables_problem"] = str(exc)
     state, problem = "current", None
-    if not (figures / "manifest.json").is_file():
+    if not (figures / paths.FIGURES_MANIFEST).is_file():
         state = "not drawn"
     elif have is None:
         state = "no tables"
     else:
         try:
-            drawn = read_json(figures / "manifest.json", "figures manifest").get("tables_manifest_sha256")
+            drawn = read_json(figures / paths.FIGURES_MANIFEST, "figures manifest").get("tables_manifest_sha256")
         except (SpecsweepError, AttributeError):
             drawn = None
         if drawn is None:
@@ -153,8 +154,8 @@ def render(doc: dict[str, Any], limit: int = 10) -> str:
             f"at the mean job time so far ({doc['mean_job_s']:.1f} s over the run, per model where known)"
         )
     width = max([len("model")] + [len(s["model"]) for s in doc["steps"]])
-    cwidth = max([len("config")] + [len(s["config"]) for s in doc["steps"]])
-    lines += ["", f"{'model':<{width}}  {'config':<{cwidth}}  " + "  ".join(f"{s:>6}" for s in STATES)]
+    cwidth = max([len("step")] + [len(s["config"]) for s in doc["steps"]])
+    lines += ["", f"{'model':<{width}}  {'step':<{cwidth}}  " + "  ".join(f"{s:>6}" for s in STATES)]
     for s in doc["steps"]:
         lines.append(f"{s['model']:<{width}}  {s['config']:<{cwidth}}  " + "  ".join(f"{s[k]:>6}" for k in STATES))
     for title, key, what in (("failed", "failed_measurements", "error"), ("stale", "stale_measurements", "differing")):

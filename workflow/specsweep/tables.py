@@ -13,6 +13,10 @@
     gpu_time.json         seconds spent importing, starting engines, warming up, generating; generating_share
     claims.md             the article's claims decided by these tables (see claims.py)
 
+A cell is named by its model, workload and ladder step; the step's column is `config`, as in the cell files
+(their `config` key), the name both had before the code called it a step, kept so that every table and cell
+already written reads the same.
+
 Like with like: a cell is only compared with a baseline cell measured under the same conditions (vLLM and
 torch version, device, driver, dtype, sampling, dataset, engine settings other than the ladder's own levers);
 the repeats of one cell must agree on those and on the settings vLLM chose. Staleness: a measurement whose
@@ -364,7 +368,7 @@ def _b(b: int | None) -> int:
 
 def cell_identity(study: Study, cell: Cell) -> dict[str, Any]:
     """The columns that name a cell in every table: run, model and its size, TP and weight quantization, workload,
-    config, method."""
+    config (the ladder step: the column's name since the first tables), method."""
     spec = study.models[cell.model]
     return {
         "run": study.run,
@@ -373,8 +377,8 @@ def cell_identity(study: Study, cell: Cell) -> dict[str, Any]:
         "tp": spec.tp,
         "quantization": spec.quantization,
         "workload": cell.workload,
-        "config": cell.config,
-        "method": study.ladder[cell.config].method,
+        "config": cell.step,
+        "method": study.ladder[cell.step].method,
         "group": study.cell_groups[cell],
         "concurrency": concurrency_of(study, cell),
     }
@@ -411,12 +415,12 @@ def edited_since_archived(results: Path, key: paths.Key, doc: dict[str, Any]) ->
 
 
 def load_measurements(study: Study, results: Path, allow_stale: bool = False):
-    """rows (one per expected measurement), docs {(model, workload, config, b, repeat): doc} (b: the
+    """rows (one per expected measurement), docs {(model, workload, step, b, repeat): doc} (b: the
     concurrency, 0 for all at once), stale list."""
     rows, docs, stale = [], {}, []
     edited: list[tuple[str, Path, str]] = []
     for cell, r in sorted(study.schedule(), key=lambda cr: (cr[0], cr[1])):
-        key = paths.Key(study.run, cell.model, cell.workload, cell.config, r)
+        key = paths.Key(study.run, cell.model, cell.workload, cell.step, r)
         path = paths.measurement(results, key)
         base = cell_identity(study, cell) | {
             "repeat": r,
@@ -425,7 +429,7 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             "cell_path": str(path),
         }
         if path.is_file():
-            doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.config))
+            doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.step))
             if doc["repeat"] != r:
                 raise SpecsweepError(f"cell {path}: holds repeat {doc['repeat']}, but its path says repeat {r}")
             why = edited_since_archived(results, key, doc)
@@ -435,7 +439,7 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             if doc["config_sha256"] != sha256_obj(current):
                 diff = stale_keys(doc, current)
                 stale.append({"cell": key.label, "keys": diff})
-            docs[(cell.model, cell.workload, cell.config, _b(base["concurrency"]), r)] = doc
+            docs[(cell.model, cell.workload, cell.step, _b(base["concurrency"]), r)] = doc
             base |= _measurement_row(doc, str(path))
         elif paths.failure(results, key).is_file():
             base |= {"status": "failed", "error": failure_error(paths.failure(results, key))}
@@ -476,9 +480,9 @@ def _match_baseline(study: Study, rows: list[dict[str, Any]], docs: dict) -> Non
 # ------------------------------------------------------------------------------------------ aggregation
 
 
-def _label(model: str, workload: str, config: str, b: int | None) -> str:
-    """A cell's name in messages: model/workload/config, and its concurrency where it has one."""
-    return f"{model}/{workload}/{config}" + ("" if b is None else f" at concurrency {b}")
+def _label(model: str, workload: str, step: str, b: int | None) -> str:
+    """A cell's name in messages: model/workload/step, and its concurrency where it has one."""
+    return f"{model}/{workload}/{step}" + ("" if b is None else f" at concurrency {b}")
 
 
 def _one(values: list[Any]) -> Any:
@@ -493,7 +497,7 @@ def cell_rows(
     out = []
     for cell in study.cells:
         b = concurrency_of(study, cell)
-        key = (cell.model, cell.workload, cell.config, b)
+        key = (cell.model, cell.workload, cell.step, b)
         mine = [r for r in rows if (r["model"], r["workload"], r["config"], r["concurrency"]) == key]
         ok = [r for r in mine if r["status"] == "ok"]
         first = mine[0]
@@ -595,13 +599,13 @@ def speedup_rows(
 ) -> list[dict[str, Any]]:
     by_cell = {(c["model"], c["workload"], c["config"], c["concurrency"]): c for c in crow}
 
-    def series(model: str, workload: str, config: str, b: int | None, metric: str) -> list[float]:
+    def series(model: str, workload: str, step: str, b: int | None, metric: str) -> list[float]:
         """The cell's values of metric, one per engine start (stats.per_start)."""
         ok = [
             r
             for r in rows
             if r["status"] == "ok"
-            and (r["model"], r["workload"], r["config"], r["concurrency"]) == (model, workload, config, b)
+            and (r["model"], r["workload"], r["config"], r["concurrency"]) == (model, workload, step, b)
         ]
         return stats.per_start([r[metric] for r in ok], [r["_start"] for r in ok])
 
@@ -818,12 +822,7 @@ def summary_markdown(
     lines = [f"# specsweep run `{study.run}`", ""]
     done = sum(1 for r in crow if r["status"] == "ok")
     n_meas = sum(r["n"] for r in crow)
-    engines = (
-        "every repeat on its own engine start"
-        if study.engine_per_repeat
-        else "the repeats are passes on one engine per (model, ladder step), caches reset between them: technical "
-        "replicates, not counted as n"
-    )
+    engines = stats.REPEATS_ARE[study.replication]
     lines.append(
         f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
         f"{study.repeats} repeat(s) each, {engines}). n = engine starts. Medians over repeats; "
@@ -924,7 +923,7 @@ def build_tables(
         "specsweep.run": study.run,
         "specsweep.repeats": str(study.repeats),
         "specsweep.baseline": study.baseline,
-        **({} if study.engine_per_repeat else {"specsweep.engine_per_repeat": "false"}),
+        **({} if study.replication == stats.ENGINE_STARTS else {REPLICATION_META: "false"}),
         "specsweep.allow_mismatch": json.dumps(allow_mismatch),
         "specsweep.mismatches": json.dumps(mismatches, sort_keys=True),
         "specsweep.allow_stale": json.dumps(allow_stale),
@@ -999,6 +998,15 @@ def checked_bytes(tables_dir: Path, name: str) -> bytes:
                 "changed since the tables were written); rebuild the tables (snakemake, or specsweep tables)"
             )
     return data
+
+
+#: The tables' metadata key of a run whose repeats are passes on one engine ("false"; absent: engine starts).
+REPLICATION_META = "specsweep.engine_per_repeat"
+
+
+def replication_of(meta: dict[str, str]) -> str:
+    """A run's replication (config.Study.replication) from its tables' metadata."""
+    return stats.ONE_ENGINE if meta.get(REPLICATION_META) == "false" else stats.ENGINE_STARTS
 
 
 def read_parquet(tables_dir: Path, name: str) -> pa.Table:

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from . import stats
-from .claims import R_BAND
+from . import paths, stats
 from .config import SPEC_METHODS
 
 #: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
@@ -70,14 +69,13 @@ HEADLINE_FIGURES: tuple[str, ...] = (
 WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
 #: The paper's ladder steps after the baseline (the baseline's name comes from the tables).
 LADDER: tuple[str, ...] = ("ngram", "suffix", "trident")
-HEADLINE_CONFIG = "trident"
+#: The ladder step figures 1 and 6 and their captions compare with the baseline.
+HEADLINE_STEP = "trident"
 K_ALPHA_WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code")
 SIZE_METHODS: tuple[str, ...] = ("trident", "ngram")
 CONTROLS_GROUP = "controls"
-#: The article's R for Llama-3.3-70B at TP 8 (figure 8's band): claim C6's band, defined in claims.py.
-ARTICLE_R_BAND = R_BAND
 
-Cell = tuple[str, str, str]  # (model, workload, config); a workload at concurrency b is named `code@b8`
+Cell = tuple[str, str, str]  # (model, workload, ladder step); a workload at concurrency b is named `code@b8`
 Row = dict[str, Any]
 
 
@@ -110,7 +108,7 @@ def cell_dict(cell: Cell) -> dict[str, str]:
 
 
 def _index(rows: list[Row], name: str) -> dict[Cell, Row]:
-    """Rows keyed by (model, workload, config); duplicates are a producer bug."""
+    """Rows keyed by (model, workload, ladder step: the tables' `config` column); duplicates are a producer bug."""
     out: dict[Cell, Row] = {}
     for row in rows:
         key = (row["model"], row["workload"], row["config"])
@@ -154,14 +152,15 @@ class Tables:
     repeats: int
     cells: dict[Cell, Row]
     speedup: dict[Cell, Row]
-    engine_per_repeat: bool = True
+    #: what the run's repeats are (config.Study.replication): stats.ENGINE_STARTS or stats.ONE_ENGINE
+    replication: str = stats.ENGINE_STARTS
     at_b: tuple[dict[Cell, Row], dict[Cell, Row]] = field(default_factory=lambda: ({}, {}))
     #: models with random weights (config `weights: dummy`): their cells measure step time, never acceptance
     dummy: frozenset[str] = frozenset()
 
     @classmethod
     def load(cls, tables_dir: Path, run: str) -> Tables:
-        from .tables import read_parquet
+        from .tables import read_parquet, replication_of
 
         tables_dir = Path(tables_dir)
         ctab = read_parquet(tables_dir, "cells.parquet")
@@ -183,7 +182,7 @@ class Tables:
             repeats=repeats,
             cells=_index(point(crows, False), "cells.parquet"),
             speedup=_index(point(srows, False), "speedup.parquet"),
-            engine_per_repeat=meta.get("specsweep.engine_per_repeat", "true") != "false",
+            replication=replication_of(meta),
             at_b=(_index(point(crows, True), "cells.parquet"), _index(point(srows, True), "speedup.parquet")),
         )
 
@@ -193,7 +192,7 @@ class Tables:
 
     def concurrency(self) -> Tables:
         """The cells measured at a concurrency b, as tables of their own (their rows carry `concurrency`)."""
-        return Tables(self.run, self.baseline, self.repeats, self.at_b[0], self.at_b[1], self.engine_per_repeat)
+        return Tables(self.run, self.baseline, self.repeats, self.at_b[0], self.at_b[1], self.replication)
 
     # --- structure
 
@@ -292,10 +291,11 @@ class Tables:
             f" · device: {distinct_text(rows, 'device_name')} · vLLM {distinct_text(rows, 'vllm_version')}"
         )
 
-    def n_text(self, cells: Iterable[Cell]) -> str:
+    def n_text(self, cells: Iterable[Cell], with_replication: bool = True) -> str:
         """The n actually used by ``cells`` (of the run if none was measured), against the repeats planned:
         'n = 3 repeats per cell', 'n = 1 repeat per cell (3 planned)', 'n = 1–3 repeats per cell (3
-        planned; ...)'; passes on one engine are named technical replicates."""
+        planned; ...)'; passes on one engine are named technical replicates (unless ``with_replication`` is
+        false: the caller says the replication itself)."""
         cells = list(cells)
         ns = sorted({self.n(c) for c in cells if self.n(c)}) or sorted({self.n(c) for c in self.cells if self.n(c)})
         if not ns:
@@ -308,8 +308,8 @@ class Tables:
                 text += f" ({self.repeats} planned" + (
                     f"; {fewer} cell{'s' if fewer != 1 else ''} with fewer, labelled n=…)" if len(ns) > 1 else ")"
                 )
-        if not self.engine_per_repeat:
-            text += f", {stats.ONE_ENGINE} (technical replicates)"
+        if with_replication and self.replication != stats.ENGINE_STARTS:
+            text += f", {stats.REPEATS_ARE[self.replication]}"
         return text
 
 
@@ -336,7 +336,7 @@ def _run_tables(key: str, run: str, tables_dir: Path) -> Path:
     is in the error when it has none."""
     from .errors import SpecsweepError
 
-    ref_tables = Path(tables_dir).resolve().parent.parent / run / "tables"
+    ref_tables = paths.tables_dir(run, Path(tables_dir).resolve().parent.parent)
     if not (ref_tables / "cells.parquet").is_file():
         raise SpecsweepError(f"{key}: run '{run}' has no tables at {ref_tables}")
     return ref_tables
@@ -438,11 +438,11 @@ def r_at_scale(data: Tables) -> tuple[list[str], dict[str, float], list[str], li
     common ones if none does)."""
     sizes = data.model_sizes()
     models = [m for m in data.models() if sizes[m] is not None]
-    configs = [c for c in SPEC_METHODS if any(cc == c for (_, _, cc) in data.cells)]
+    steps = [c for c in SPEC_METHODS if any(cc == c for (_, _, cc) in data.cells)]
     per_model = [set(data.workloads(m, canonical_all=False)) for m in models]
     common = sorted(set.intersection(*per_model)) if per_model else []
     code = [w for w in common if w.startswith("code")]
-    return models, {m: cast(float, sizes[m]) for m in models}, configs, code or common
+    return models, {m: cast(float, sizes[m]) for m in models}, steps, code or common
 
 
 def r_value(data: Tables, cell: Cell) -> Val | None:
@@ -471,18 +471,18 @@ def r_points(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], li
     n, with the line it belongs to (step, workload, weight quantization), by step, workload, run, model."""
     _, _, _, workloads = r_at_scale(data)
     runs = [data, *others]
-    configs = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
+    steps = [c for c in SPEC_METHODS if any(cc == c for d in runs for (_, _, cc) in d.cells)]
     sized = []  # (run, model, its size, its weights' quantization)
     for d in runs:
         models, sizes, _, _ = r_at_scale(d)
         sized += [(d, m, sizes[m], d.quantization(m)) for m in models]
     out = []
-    for cfg in configs:
+    for cfg in steps:
         for w in workloads:
             for d, m, size, q in sized:
                 if (v := r_value(d, (m, w, cfg))) is not None:
                     out.append(((cfg, w, q), RPoint(size, m, d.run, v, q)))
-    return configs, workloads, out
+    return steps, workloads, out
 
 
 def r_lines(points: Iterable[tuple[RLine, RPoint]]) -> dict[RLine, list[RPoint]]:
@@ -504,8 +504,8 @@ def r_lines(points: Iterable[tuple[RLine, RPoint]]) -> dict[RLine, list[RPoint]]
 
 def r_series(data: Tables, others: Sequence[Tables] = ()) -> tuple[list[str], list[str], dict[RLine, list[RPoint]]]:
     """Figure 8's steps, workloads and lines (:func:`r_points`, then :func:`r_lines`)."""
-    configs, workloads, points = r_points(data, others)
-    return configs, workloads, r_lines(points)
+    steps, workloads, points = r_points(data, others)
+    return steps, workloads, r_lines(points)
 
 
 # --------------------------------------------------------------------------- figure 9
