@@ -1253,6 +1253,7 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
             "ncols": 2,
             "fontsize": 7,
             "frameon": False,
+            "handlelength": 4.0,  # long enough to show each workload's dash pattern
         }
         for i, model in enumerate(models):
             ax, bx = axes[2 * i], axes[2 * i + 1]
