@@ -103,12 +103,15 @@ def set_key(cfg: dict, dotted: str, value) -> dict:
     return cfg
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1500) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, timeout: int = 1500, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """`snakemake -s <Snakefile> -d workdir *args`, in `env` when given (else this process's environment)."""
     # module and session fixtures run before the autouse fixture: _CURRENT is then empty, and the tests that use
     # such a fixture are held to the marker by pytest_collection_modifyitems
     if _CURRENT and _CURRENT[-1].get_closest_marker("slow") is None:
         raise AssertionError(f"{_CURRENT[-1].nodeid} starts Snakemake: mark it @pytest.mark.slow")
-    return _run_snakemake(workdir, args, check=check, timeout=timeout)
+    return _run_snakemake(workdir, args, check=check, timeout=timeout, env=env)
 
 
 def _run_snakemake(
