@@ -493,3 +493,14 @@ def test_report_of_the_reference_run_holds_descriptions_and_numbers(checkout, li
         assert "smollm2-135m-instruct</strong> on NVIDIA H200; n = 1 repeat per cell (3 planned)" in caption, name
         if name == "fig2_r_vs_k_code":
             assert "ngram: K = 3.47 (n=1), T = 1.67 (n=1), R = 1.81 (n=1)" in caption
+
+
+def test_slurm_profile_groups_name_the_rules_engine_group():
+    """The SLURM profile's group-components are keyed by the measure rule's group pattern as written (an engine's
+    cells in one job); a renamed wildcard there must be renamed in the profile too, or each cell is its own job."""
+    rules = (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    group = re.search(r'ENGINE_GROUP = "([^"]+)" \+ \(\s*"([^"]+)"', rules)
+    assert group, "common.smk: ENGINE_GROUP not found"
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.v8+.yaml").read_text())
+    keys = {c.rsplit("=", 1)[0] for c in profile["group-components"]}
+    assert keys == {group.group(1), group.group(1) + group.group(2)}
