@@ -154,6 +154,11 @@ def _evict_suffix_cache(worker: Any) -> int:
     return len(cached)
 
 
+def evict_suffix_responses(llm: Any) -> int:
+    """Empty the suffix decoder's global response cache on every worker; the number of responses evicted."""
+    return sum(int(n or 0) for n in llm.collective_rpc(_evict_suffix_cache))
+
+
 def reset_caches(llm: Any, speculative_method: str | None) -> dict[str, Any]:
     """Make a reused engine look fresh: empty the prefix cache and the suffix decoder's response cache."""
     t0 = time.perf_counter()
@@ -161,7 +166,7 @@ def reset_caches(llm: Any, speculative_method: str | None) -> dict[str, Any]:
         raise SpecsweepError("engine: the prefix cache could not be reset (requests still running?)")
     evicted = 0
     if speculative_method == "suffix":
-        evicted = sum(int(n or 0) for n in llm.collective_rpc(_evict_suffix_cache))
+        evicted = evict_suffix_responses(llm)
     return {"done": list(RESETS), "suffix_responses_evicted": evicted, "reset_s": time.perf_counter() - t0}
 
 
@@ -267,8 +272,7 @@ class Engine:
             # the warm-up's responses would stay in the global suffix cache and be drafted from in the timed
             # pass (a cell at b = 1 times 4 requests after 8 warm-up ones); evict them, so the cache holds only
             # the timed pass's own responses, as on a fresh engine and as `specsweep replay` assumes
-            evicted = sum(int(n or 0) for n in llm.collective_rpc(_evict_suffix_cache))
-            resets = resets | {"after_warmup": {"suffix_responses_evicted": evicted}}
+            resets = resets | {"after_warmup": {"suffix_responses_evicted": evict_suffix_responses(llm)}}
 
         prompts = [TokensPrompt(prompt_token_ids=i) for i in timed_ids]
         before = metrics.snapshot(llm.get_metrics())
