@@ -230,20 +230,40 @@ def test_committed_runs_decide_for_the_right_reason():
     assert "n = 1 measured" in (ROOT / "results/h200-smollm2/tables/readme.md").read_text()
 
 
+def _runs(model: str, workload: str, config: str, tok_s: list[float]) -> list[dict]:
+    """Measurement rows of one cell, one per engine start."""
+    return [
+        {"model": model, "workload": workload, "config": config, "concurrency": None, "status": "ok",
+         "output_tok_s": v, "_start": f"{workload}-{config}-{i}"}
+        for i, v in enumerate(tok_s)
+    ]  # fmt: skip
+
+
 def test_a_cpu_run_decides_no_claim_and_answers_its_own_question():
     study = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
     m = "smollm2-135m-instruct"
-    crow = [
-        _cell(m, w, c, repeats=2, n=2, output_tok_s_cv=0.03) for w in ("code", "chat") for c in ("vanilla", "ngram")
+    keys = [(w, c) for w in ("code", "chat") for c in ("vanilla", "ngram")]
+    crow = [_cell(m, w, c, repeats=3, n=3, output_tok_s_cv=0.03) for w, c in keys]
+    # about 3 % between starts in every cell: pooled over 4 cells x 3 starts (df 8), well inside 10 %
+    steady = [
+        r for i, (w, c) in enumerate(keys) for r in _runs(m, w, c, [100.0 * (i + 1) * f for f in (0.97, 1.0, 1.03)])
     ]
     sp = [_sp(0.135, "ngram", "ngram", "faster", 1.8, model=m)]
-    decided = _by_id(claims.decide(study, crow, sp, []))
+    decided = _by_id(claims.decide(study, crow, sp, steady))
     for cid in (f"C{i}" for i in range(1, 9)):
         assert decided[cid]["verdict"] == claims.NOT_ON_CPU, cid
     assert "would say refuted" in decided["C1"]["evidence"]  # the rule's answer is shown, not taken
-    assert decided["CPU"]["verdict"] == "confirmed" and "8 of 8 planned measurements ok" in decided["CPU"]["evidence"]
-    noisy = [*crow[:-1], crow[-1] | {"output_tok_s_cv": 0.25}]
-    cpu = _by_id(claims.decide(study, noisy, sp, []))["CPU"]
-    assert cpu["verdict"] == "refuted" and "largest 25.0%" in cpu["evidence"]
-    short = [*crow[:-1], crow[-1] | {"n": 1, "output_tok_s_cv": None}]
-    assert _by_id(claims.decide(study, short, sp, []))["CPU"]["verdict"] == "refuted"
+    cpu = decided["CPU"]
+    assert cpu["verdict"] == "confirmed" and "12 of 12 planned measurements ok" in cpu["evidence"]
+    assert "pooled over 4 cells: 3.0% [2.0%, 5.7%] (df = 8" in cpu["evidence"], cpu["evidence"]
+    # one noisy cell (a start 25 % off) does not refute a run whose pooled interval still reaches below 10 %
+    noisy = [*steady[:-1], steady[-1] | {"output_tok_s": steady[-1]["output_tok_s"] * 1.25}]
+    assert _by_id(claims.decide(study, crow, sp, noisy))["CPU"]["verdict"] == "undecided"
+    # every cell's starts 20 % apart: the whole interval above 10 %
+    wild = [r for i, (w, c) in enumerate(keys) for r in _runs(m, w, c, [100.0 * (i + 1) * f for f in (0.8, 1.0, 1.2)])]
+    cpu = _by_id(claims.decide(study, crow, sp, wild))["CPU"]
+    assert cpu["verdict"] == "refuted", cpu["evidence"]
+    short = [*crow[:-1], crow[-1] | {"n": 2, "output_tok_s_cv": None}]
+    assert _by_id(claims.decide(study, short, sp, steady[:-1]))["CPU"]["verdict"] == "refuted"
+    # no cell with two starts: nothing to decide the repeats' agreement from
+    assert _by_id(claims.decide(study, crow, sp, []))["CPU"]["verdict"] == "undecided"

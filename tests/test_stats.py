@@ -54,6 +54,33 @@ def test_speedup_interval_covers_at_small_n(n):
     assert hits / SIMS >= 0.93, f"n={n}: coverage {hits / SIMS:.3f}"
 
 
+@pytest.mark.parametrize(("cells", "n"), [(6, 3), (2, 2), (12, 5)])
+def test_spread_interval_covers_at_small_n(cells, n):
+    """The CPU entry's interval (stats.spread_ci): cells of n engine starts each, every cell its own mean, one
+    between-start spread; the nominal 95 % interval covers that spread >= 93 % of the time."""
+    rng = np.random.default_rng(3000 + 10 * cells + n)
+    hits = 0
+    for _ in range(SIMS):
+        groups = [_simulate(rng, math.log(rng.uniform(200.0, 2000.0)), n, 1) for _ in range(cells)]
+        _, lo, hi, df = stats.spread_ci(groups)
+        assert df == cells * (n - 1)
+        hits += lo <= SIGMA_START <= hi
+    assert hits / SIMS >= 0.93, f"{cells} cells x n={n}: coverage {hits / SIMS:.3f}"
+
+
+def test_chi2_quantiles_and_spread_known_answers():
+    for p, df, ref in [(0.975, 12, 23.3367), (0.025, 12, 4.40379), (0.95, 1, 3.84146), (0.975, 100, 129.561)]:
+        assert stats.chi2_quantile(p, df) == pytest.approx(ref, rel=1e-5)
+    # one cell of two starts, log values 0 and log 1.1: SS = (log 1.1)^2 / 2 on one degree of freedom
+    s, lo, hi, df = stats.spread_ci([[1.0, 1.1], [5.0]])
+    ss = math.log(1.1) ** 2 / 2
+    assert df == 1 and s == pytest.approx(math.sqrt(ss))
+    assert lo == pytest.approx(math.sqrt(ss / 5.02389), rel=1e-5) and hi == pytest.approx(
+        math.sqrt(ss / 0.000982069), rel=1e-4
+    )
+    assert stats.spread_ci([[3.0], []]) == (None, None, None, 0)
+
+
 def _old_bootstrap_ci(values: np.ndarray, rng: np.random.Generator, boots: int = 1000) -> tuple[float, float]:
     """The percentile bootstrap of the median over repeats that stats used before (2.5 and 97.5 % quantiles)."""
     idx = rng.integers(0, values.size, size=(boots, values.size))

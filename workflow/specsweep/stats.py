@@ -151,6 +151,67 @@ def t_quantile(p: float, df: float) -> float:
     return x
 
 
+# ------------------------------------------------------------------------------------------ chi-square
+
+
+def _gammainc(a: float, x: float) -> float:
+    """Regularized lower incomplete gamma P(a, x): its series below x = a + 1, else one minus the continued
+    fraction of the upper (modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    log_front = -x + a * math.log(x) - math.lgamma(a)
+    if x < a + 1.0:
+        term = total = 1.0 / a
+        ap = a
+        for _ in range(1000):
+            ap += 1.0
+            term *= x / ap
+            total += term
+            if abs(term) < abs(total) * 1e-16:
+                break
+        return min(1.0, total * math.exp(log_front))
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c, d = 1.0 / tiny, 1.0 / b
+    h = d
+    for i in range(1, 1000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = b + an / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-16:
+            break
+    return max(0.0, 1.0 - math.exp(log_front) * h)
+
+
+def chi2_cdf(x: float, df: float) -> float:
+    """P(X <= x) for chi-square with df (> 0) degrees of freedom."""
+    return _gammainc(df / 2.0, x / 2.0)
+
+
+@lru_cache(maxsize=1024)
+def chi2_quantile(p: float, df: float) -> float:
+    """The p quantile (0 < p < 1) of chi-square with df degrees of freedom (bisection on chi2_cdf)."""
+    if not 0.0 < p < 1.0 or not df > 0:
+        raise ValueError(f"chi2_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
+    lo, hi = 0.0, max(1.0, df)
+    while chi2_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if chi2_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
 def _erfinv(y: float) -> float:
     """Inverse error function (a start for t_quantile; refined by Newton on erf)."""
     a = 0.147
@@ -243,9 +304,8 @@ def ratio_ci(
     return point, lo, hi
 
 
-def spread(groups: Sequence[Sequence[float | None]]) -> float | None:
-    """The between-engine spread: the pooled standard deviation of log values over engine starts, pooled over
-    groups (cells, one value per start); None when no group has 2 starts."""
+def _pooled(groups: Sequence[Sequence[float | None]]) -> tuple[float, int]:
+    """The sum of squared deviations of log values from their group's mean, and its degrees of freedom."""
     ss, df = 0.0, 0
     for g in groups:
         arr = _clean(g)
@@ -254,7 +314,32 @@ def spread(groups: Sequence[Sequence[float | None]]) -> float | None:
         x = np.log(arr)
         ss += float(((x - x.mean()) ** 2).sum())
         df += arr.size - 1
+    return ss, df
+
+
+def spread(groups: Sequence[Sequence[float | None]]) -> float | None:
+    """The between-engine spread: the pooled standard deviation of log values over engine starts, pooled over
+    groups (cells, one value per start); None when no group has 2 starts."""
+    ss, df = _pooled(groups)
     return math.sqrt(ss / df) if df else None
+
+
+def spread_ci(
+    groups: Sequence[Sequence[float | None]], level: float = LEVEL
+) -> tuple[float | None, float | None, float | None, int]:
+    """The between-engine spread (`spread`) with its `level` interval, and its degrees of freedom: the
+    chi-square interval of a pooled variance, sqrt(SS / chi2_hi) .. sqrt(SS / chi2_lo) (the groups' log values
+    normal with one standard deviation, each group its own mean). None when no group has 2 starts."""
+    ss, df = _pooled(groups)
+    if not df:
+        return None, None, None, 0
+    a = (1.0 - level) / 2.0
+    return (
+        math.sqrt(ss / df),
+        math.sqrt(ss / chi2_quantile(1.0 - a, df)),
+        math.sqrt(ss / chi2_quantile(a, df)),
+        df,
+    )
 
 
 def band_for(measured_spread: float | None) -> float:
