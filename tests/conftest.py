@@ -233,7 +233,13 @@ def _record(root: Path, name: str) -> Path:
 def _publish(root: Path, name: str, fut: Future) -> None:
     """Write a finished build's result (or its error) where the other workers read it (`_shared_run`)."""
     try:
-        rec = {"ok": {k: str(v) if isinstance(v, Path) else v for k, v in fut.result().items() if k != "study"}}
+        res = fut.result()
+        rec = {
+            "ok": {k: str(v) if isinstance(v, Path) else v for k, v in res.items() if k != "study"},
+            # what the reader turns back into objects: the paths, and the study rebuilt from the run's config
+            "paths": sorted(k for k, v in res.items() if isinstance(v, Path)),
+            "study": "study" in res,
+        }
     except BaseException:  # the consumer raises it, in the tests that use the run
         rec = {"error": traceback.format_exc()}
     path = _record(root, name)
@@ -253,8 +259,8 @@ def _shared_run(root: Path, name: str) -> dict:
     rec = json.loads(path.read_text())
     if "error" in rec:
         raise AssertionError(f"{name} failed in the worker that built it:\n{rec['error']}")
-    out = {k: Path(v) if k in ("work", "config", "tables", "figures") else v for k, v in rec["ok"].items()}
-    if name == "conc_run":
+    out = {k: Path(v) if k in rec["paths"] else v for k, v in rec["ok"].items()}
+    if rec["study"]:
         from specsweep.config import build_study
 
         out["study"] = build_study(copy.deepcopy(out["cfg"]))

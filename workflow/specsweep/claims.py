@@ -568,12 +568,7 @@ def _cpu(study: Study, crow: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     cvs = [(c["output_tok_s_cv"], _name(c)) for c in crow if c.get("output_tok_s_cv") is not None]
     ev = [f"{measured} of {planned} planned measurements ok" + (f"; short: {', '.join(short)}" if short else "")]
     # one value per engine start and cell (passes on one engine pooled first), every cell its own mean
-    cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["status"] == "ok":
-            cells.setdefault((r["model"], r["workload"], r["config"], r.get("concurrency")), []).append(r)
-    groups = [stats.per_start([r["output_tok_s"] for r in g], [r["_start"] for r in g]) for g in cells.values()]
-    pooled, lo, hi, df = stats.spread_ci(groups)
+    pooled, lo, hi, df = stats.spread_ci(list(stats.cell_series(rows, "output_tok_s").values()))
     if pooled is not None and lo is not None and hi is not None:
         ev.append(
             f"between-start CV of tok/s pooled over {len(cvs)} cells: {pooled:.1%} [{lo:.1%}, {hi:.1%}] "

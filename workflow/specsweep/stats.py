@@ -24,8 +24,9 @@ steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -248,6 +249,16 @@ def per_start(values: Sequence[float | None], starts: Sequence[object]) -> list[
         groups.setdefault(s, []).append(v)
     out = [start_value(g) for g in groups.values()]
     return [v for v in out if v is not None]
+
+
+def cell_series(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[tuple[Any, ...], list[float]]:
+    """Each cell's values of `metric` over the measurements (`rows`, the tables' per-measurement rows), one per
+    engine start (:func:`per_start`), keyed (model, workload, config, concurrency); failed ones left out."""
+    cells: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            cells.setdefault((r["model"], r["workload"], r["config"], r.get("concurrency")), []).append(r)
+    return {k: per_start([r[metric] for r in g], [r["_start"] for r in g]) for k, g in cells.items()}
 
 
 def cell_ci(values: Sequence[float | None]) -> tuple[float | None, float | None]:

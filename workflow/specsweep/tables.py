@@ -599,15 +599,13 @@ def speedup_rows(
 ) -> list[dict[str, Any]]:
     by_cell = {(c["model"], c["workload"], c["config"], c["concurrency"]): c for c in crow}
 
+    by_metric: dict[str, dict[tuple[Any, ...], list[float]]] = {}
+
     def series(model: str, workload: str, step: str, b: int | None, metric: str) -> list[float]:
-        """The cell's values of metric, one per engine start (stats.per_start)."""
-        ok = [
-            r
-            for r in rows
-            if r["status"] == "ok"
-            and (r["model"], r["workload"], r["config"], r["concurrency"]) == (model, workload, step, b)
-        ]
-        return stats.per_start([r[metric] for r in ok], [r["_start"] for r in ok])
+        """The cell's values of metric, one per engine start (stats.cell_series)."""
+        if metric not in by_metric:
+            by_metric[metric] = stats.cell_series(rows, metric)
+        return by_metric[metric].get((model, workload, step, b), [])
 
     # the equivalence band per model: BAND, or the baseline's between-engine spread of throughput if larger
     band = {
