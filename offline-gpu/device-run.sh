@@ -24,6 +24,13 @@ if [ -f "$gguf" ]; then
   export SPECSWEEP_GGUF=$gguf
 fi
 export PYTHONPATH=$PWD/workflow:$PYTHONPATH SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
+# a previous call's results.tar.gz, carried back (SPECSWEEP_RESUME=its path): the cells the machine lost
+# between calls (a mirrored tree deletes them, a fresh machine never had them) come back before Snakemake
+# looks; files already here are kept
+if [ -n "${SPECSWEEP_RESUME:-}" ]; then
+  tar xzf "$SPECSWEEP_RESUME" --skip-old-files "results/$run" || { echo "cannot resume from $SPECSWEEP_RESUME"; exit 1; }
+  echo "resumed from $SPECSWEEP_RESUME: $(find "results/$run/cells" -name 'r*.json' | wc -l) cells"
+fi
 # the workload files and model folders first, in a Snakemake run of their own (`snakemake prepare`): they are
 # not in the working tree this machine got, and made in the same run as the cells they would re-measure
 # every cell already there (docs/design.md, "Resuming a run elsewhere")
