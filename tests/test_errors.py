@@ -3,6 +3,7 @@ no traceback, and nothing half-written left behind."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import yaml
 
 from conftest import ROOT, snakemake, stop_engines, tiny_config
 from specsweep.config import build_study
+from specsweep.errors import SpecsweepError
 
 MODEL = "smollm2-135m-instruct"
 
@@ -370,6 +372,40 @@ def test_max_model_len_below_a_workload_is_refused_before_the_engine(setup, smol
     assert not out.exists()
     failure = json.loads((setup["tmp"] / f"results/err/failures/{MODEL}/code/vanilla/r1.json").read_text())
     assert "more than engine.max_model_len 100" in failure["message"]
+
+
+@pytest.mark.slow
+def test_exact_length_check_is_remembered_per_workload_tokenizer_and_limit(setup, smollm2):
+    """Where the byte bound cannot prove that a workload fits, the prompts are tokenised once and the pass is
+    recorded beside the workload file: the next cell of the same file, tokenizer and max_model_len skips the
+    tokenizer, another limit or an edited workload file is checked again, and a limit too small is refused
+    even after a pass at a larger one."""
+    from specsweep import workloads
+    from specsweep.runner import check_workload_fits
+
+    wl_path = setup["wl"]
+    wl = workloads.load(wl_path)
+    longest = max(len(it["text"].encode()) + it["max_tokens"] for it in wl["prompts"] + wl["warmup"])
+    cfg = yaml.safe_load(setup["cfg"].read_text())
+    cfg["engine"]["max_model_len"] = longest  # the bound needs template + slack more: only the tokenizer proves it
+    study = build_study(copy.deepcopy(cfg))
+    cell = study.cell(MODEL, "code", "vanilla")
+    assert check_workload_fits(study, cell, str(smollm2), wl, wl_path) == "tokenized"
+    memos = sorted(p.name for p in wl_path.parent.iterdir() if p.name.startswith(f".{wl_path.name}.fits-"))
+    assert len(memos) == 1
+    assert check_workload_fits(study, cell, str(smollm2), wl, wl_path) == "memo"
+    assert check_workload_fits(study, cell, str(smollm2), wl) == "tokenized"  # no file named: nothing recorded
+    cfg["engine"]["max_model_len"] = longest + 1
+    other = build_study(copy.deepcopy(cfg))
+    assert check_workload_fits(other, other.cell(MODEL, "code", "vanilla"), str(smollm2), wl, wl_path) == "tokenized"
+    cfg["engine"]["max_model_len"] = 100
+    short = build_study(copy.deepcopy(cfg))
+    with pytest.raises(SpecsweepError, match="more than engine.max_model_len 100"):
+        check_workload_fits(short, short.cell(MODEL, "code", "vanilla"), str(smollm2), wl, wl_path)
+    edited = wl_path.with_name("edited.json")
+    edited.write_bytes(wl_path.read_bytes() + b"\n")
+    assert check_workload_fits(study, cell, str(smollm2), wl, edited) == "tokenized"
+    assert len([p for p in wl_path.parent.iterdir() if ".fits-" in p.name]) == 3
 
 
 @pytest.mark.slow

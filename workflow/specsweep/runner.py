@@ -311,19 +311,56 @@ def _chat_template_bytes(tokenizer_dir: Path) -> int | None:
     return size
 
 
-def check_workload_fits(study: Study, cell: Cell, model: str, wl: dict[str, Any]) -> None:
+#: The tokenizer files whose content decides how a prompt tokenises (the memo of check_workload_fits keys them).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+def _fits_memo(workload_path: Path, tok_dir: Path, max_len: int, use_chat: bool, remote: bool) -> Path | None:
+    """Where a passed exact check of this workload file against this tokenizer and max_model_len is recorded
+    (beside the workload file, named by the sha256 of the file's bytes, the tokenizer files' bytes and the
+    settings), so the cells after the first skip the tokenizer (its import and 500 prompts cost 10-17 s a cell);
+    None when a file cannot be read."""
+    import hashlib
+
+    h = hashlib.sha256(f"fits/1 {max_len} {use_chat} {remote}\n".encode())
+    try:
+        h.update(workload_path.read_bytes())
+        for name in TOKENIZER_FILES:
+            f = tok_dir / name
+            if f.is_file():
+                h.update(f"\n{name}\n".encode())
+                h.update(f.read_bytes())
+    except OSError:
+        return None
+    return workload_path.with_name(f".{workload_path.name}.fits-{h.hexdigest()[:24]}")
+
+
+def check_workload_fits(
+    study: Study, cell: Cell, model: str, wl: dict[str, Any], workload_path: Path | None = None
+) -> str:
     """Refuse, before any engine starts, a workload whose prompt plus its max_tokens exceeds the cell's
-    engine.max_model_len (vLLM would refuse it only after the engine start).
+    engine.max_model_len (vLLM would refuse it only after the engine start). Returns how it decided:
+    `bound`, `memo`, `tokenized` or `left to the engine`.
 
     Prompts that fit by a bound need no tokenizer: tokens <= UTF-8 bytes of the text + the chat template's
     text + SPECIAL_TOKEN_SLACK. When the bound does not prove it, the prompts are tokenised as the engine
-    tokenises them (engine.encode_prompts, the model folder's tokenizer) and checked exactly. A model that is
-    not a local folder, or a tokenizer that does not load here, is left to the engine's own check."""
+    tokenises them (engine.encode_prompts, the model folder's tokenizer) and checked exactly; a pass is recorded
+    beside the workload file (`_fits_memo`), so later cells of the same file, tokenizer and max_model_len skip
+    it. A model that is not a local folder, or a tokenizer that does not load here, is left to the engine's
+    own check."""
     max_len = study.cell_settings(cell)["engine"].get("max_model_len")
     spec = study.models[cell.model]
     tok_dir = Path(tokenizer_path(spec, model))
     if max_len is None or not tok_dir.is_dir():
-        return
+        return "left to the engine"
     template = _chat_template_bytes(tok_dir) if spec.chat_template else 0
     parts = (("prompts", "workload"), ("warmup", "workload warm-up"))
     if template is not None and all(
@@ -331,13 +368,20 @@ def check_workload_fits(study: Study, cell: Cell, model: str, wl: dict[str, Any]
         for key, _ in parts
         for it in wl[key]
     ):
-        return
+        return "bound"
+    memo = (
+        _fits_memo(workload_path, tok_dir, max_len, spec.chat_template, spec.trust_remote_code)
+        if workload_path is not None
+        else None
+    )
+    if memo is not None and memo.is_file():
+        return "memo"
     try:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=spec.trust_remote_code)
     except Exception:  # a tokenizer only vLLM loads (its own modes): the engine's check stays
-        return
+        return "left to the engine"
     use_chat = uses_chat(spec, tokenizer)
     for key, what in parts:
         if wl[key]:
@@ -348,6 +392,12 @@ def check_workload_fits(study: Study, cell: Cell, model: str, wl: dict[str, Any]
                 max_len,
                 f"{what} {cell.workload} on model {cell.model}",
             )
+    if memo is not None:
+        try:
+            atomic_write_bytes(memo, b"fits\n")
+        except OSError:  # a read-only workload folder: checked again next time
+            pass
+    return "tokenized"
 
 
 def run_cell(
@@ -389,7 +439,7 @@ def run_cell(
         if model_path:
             preflight_checks.check_model_dir(model_path)
         model = resolve_model(study, cell, model_path)
-        check_workload_fits(study, cell, model, wl)
+        check_workload_fits(study, cell, model, wl, Path(workload_path))
         ekey = engine_key(engine_identity(study, cell, model, key.repeat))
         if reuse:
             if config_path is None:
