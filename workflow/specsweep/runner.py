@@ -5,6 +5,8 @@ measurement's path (a previous measurement there stays where it was), only a fai
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import platform
 import socket
@@ -323,21 +325,36 @@ TOKENIZER_FILES = (
 )
 
 
-def _fits_memo(workload_path: Path, tok_dir: Path, max_len: int, use_chat: bool, remote: bool) -> Path | None:
-    """Where a passed exact check of this workload file against this tokenizer and max_model_len is recorded
-    (beside the workload file, named by the sha256 of the file's bytes, the tokenizer files' bytes and the
-    settings), so the cells after the first skip the tokenizer (its import and 500 prompts cost 10-17 s a cell);
-    None when a file cannot be read."""
-    import hashlib
-
-    h = hashlib.sha256(f"fits/1 {max_len} {use_chat} {remote}\n".encode())
+def _tokenizer_digest(tok_dir: Path) -> str | None:
+    """sha256 over the tokenizer files (TOKENIZER_FILES) in tok_dir; None when one cannot be read."""
+    h = hashlib.sha256()
     try:
-        h.update(workload_path.read_bytes())
         for name in TOKENIZER_FILES:
             f = tok_dir / name
             if f.is_file():
-                h.update(f"\n{name}\n".encode())
+                h.update(f"{name}\n{f.stat().st_size}\n".encode())
                 h.update(f.read_bytes())
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(tok_dir: str, remote: bool, digest: str) -> Any:
+    """The model folder's tokenizer, loaded once per process and tokenizer content (digest)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tok_dir, trust_remote_code=remote)
+
+
+def _fits_memo(workload_path: Path, digest: str, max_len: int, use_chat: bool, remote: bool) -> Path | None:
+    """Where a passed exact check of this workload file against this tokenizer (its files' digest) and
+    max_model_len is recorded: beside the workload file, named by the sha256 of the file's bytes, the digest and
+    the settings, so the cells after the first skip the tokenizer (its import and 500 prompts cost 10-17 s a
+    cell); None when the file cannot be read."""
+    h = hashlib.sha256(f"fits/1 {max_len} {use_chat} {remote} {digest}\n".encode())
+    try:
+        h.update(workload_path.read_bytes())
     except OSError:
         return None
     return workload_path.with_name(f".{workload_path.name}.fits-{h.hexdigest()[:24]}")
@@ -369,17 +386,16 @@ def check_workload_fits(
         for it in wl[key]
     ):
         return "bound"
+    digest = _tokenizer_digest(tok_dir)
     memo = (
-        _fits_memo(workload_path, tok_dir, max_len, spec.chat_template, spec.trust_remote_code)
-        if workload_path is not None
+        _fits_memo(workload_path, digest, max_len, spec.chat_template, spec.trust_remote_code)
+        if workload_path is not None and digest is not None
         else None
     )
     if memo is not None and memo.is_file():
         return "memo"
     try:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=spec.trust_remote_code)
+        tokenizer = _tokenizer(str(tok_dir), spec.trust_remote_code, digest or "")
     except Exception:  # a tokenizer only vLLM loads (its own modes): the engine's check stays
         return "left to the engine"
     use_chat = uses_chat(spec, tokenizer)
