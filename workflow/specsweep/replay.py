@@ -41,6 +41,7 @@ What replay cannot reproduce exactly, and why:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -479,6 +480,17 @@ def report(
     }
 
 
+@functools.lru_cache(maxsize=512)
+def plain_steps(
+    shape: tuple[tuple[int, int, int | None], ...], schedule: str, concurrency: int | None, token_budget: int | None
+) -> int:
+    """The engine steps of a schedule without drafting, which depend on the requests' prompt and response
+    lengths and finish ranks (`shape`) only, not on their tokens: computed once per shape (the repeats and
+    drafters of one workload and b often share it)."""
+    reqs = [Request([0] * p, [0] * r, f) for p, r, f in shape]
+    return run_replay(reqs, None, schedule, concurrency, token_budget).engine_steps
+
+
 def replay_report(
     requests: Sequence[Request],
     drafter: Drafter,
@@ -491,8 +503,8 @@ def replay_report(
     """Replay with and without the drafter on one schedule, and the report of it (T from the two), with the
     schedule's concurrency and token budget: what `specsweep replay` writes and `specsweep validate` compares."""
     run = run_replay(requests, drafter, schedule, concurrency, token_budget)
-    plain = run_replay(requests, None, schedule, concurrency, token_budget)
-    doc = report(run, drafter, schedule, source, seed, plain.engine_steps)
+    shape = tuple((len(r.prompt), len(r.response), r.finish_order) for r in requests)
+    doc = report(run, drafter, schedule, source, seed, plain_steps(shape, schedule, concurrency, token_budget))
     doc["concurrency"], doc["token_budget"] = concurrency, token_budget
     return doc
 
