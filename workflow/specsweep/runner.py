@@ -350,8 +350,8 @@ def _tokenizer(tok_dir: str, remote: bool, digest: str) -> Any:
 def _fits_memo(workload_path: Path, digest: str, max_len: int, use_chat: bool, remote: bool) -> Path | None:
     """Where a passed exact check of this workload file against this tokenizer (its files' digest) and
     max_model_len is recorded: beside the workload file, named by the sha256 of the file's bytes, the digest and
-    the settings, so the cells after the first skip the tokenizer (its import and 500 prompts cost 10-17 s a
-    cell); None when the file cannot be read."""
+    the settings, so the cells after the first skip the tokenizer (its import and the workload's prompts,
+    paid again by every cell job otherwise); None when the file cannot be read."""
     h = hashlib.sha256(f"fits/1 {max_len} {use_chat} {remote} {digest}\n".encode())
     try:
         h.update(workload_path.read_bytes())
