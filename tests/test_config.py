@@ -190,6 +190,36 @@ def test_concurrency_adds_cells_and_keeps_the_default_ones(paper_cfg):
     assert order[order.index("code") : order.index("code") + 4] == ["code", "code@b1", "code@b16", "code@b256"]
 
 
+def test_a_group_can_take_one_concurrency_of_a_workload_alone(smoke_cfg):
+    """`code@b1` in a group's workloads takes the cells of code at b = 1 only (not code's own, all prompts at
+    once); the b must be one the workload lists, and a cell in two groups is still refused."""
+    cfg = _set(smoke_cfg, "workloads.code.concurrency", [1, 4])
+    cfg["groups"] = {"g": {"models": ["smollm2-135m-instruct"], "workloads": ["code@b1"], "steps": ["vanilla"]}}
+    study = build_study(copy.deepcopy(cfg))
+    assert [c.key for c in study.cells] == ["smollm2-135m-instruct/code@b1/vanilla"]
+    cfg["groups"]["g"]["workloads"] = ["code@b4", "code@b1"]
+    assert [c.workload for c in build_study(copy.deepcopy(cfg)).cells] == ["code@b4", "code@b1"]
+    cfg["groups"]["g"]["workloads"] = ["code"]  # the workload itself: its own cell and every b
+    assert [c.workload for c in build_study(copy.deepcopy(cfg)).cells] == ["code", "code@b1", "code@b4"]
+    cfg["groups"]["g"]["workloads"] = ["code@b2"]
+    with pytest.raises(SpecsweepError) as e:
+        build_study(copy.deepcopy(cfg))
+    assert str(e.value) == (
+        "config: groups.g.workloads: 'code@b2': b = 2 is not in workloads.code.concurrency (listed: 1, 4)"
+    )
+    cfg["groups"]["g"]["workloads"] = ["sonnet@b1"]
+    with pytest.raises(
+        SpecsweepError, match=r"'sonnet@b1': b = 1 is not in workloads.sonnet.concurrency \(listed: none\)"
+    ):
+        build_study(copy.deepcopy(cfg))
+    cfg["groups"] = {
+        "g": {"models": ["smollm2-135m-instruct"], "workloads": ["code"], "steps": ["vanilla"]},
+        "h": {"models": ["smollm2-135m-instruct"], "workloads": ["code@b4"], "steps": ["vanilla"]},
+    }
+    with pytest.raises(SpecsweepError, match="cell smollm2-135m-instruct/code@b4/vanilla is also in group g"):
+        build_study(copy.deepcopy(cfg))
+
+
 def test_suffix_cache_after_warmup_is_hashed_only_where_it_changes_a_measurement(paper_cfg):
     """`suffix_cache_after_warmup`: `empty` (the default) is part of the suffix cells' settings only; `keep`
     (how runs were measured before the key existed) adds nothing, so those runs' settings hashes stay; any other

@@ -629,28 +629,39 @@ def _expand(study: Study, source: str) -> None:
         ):
             seen: set[str] = set()
             for item in g[axis]:
-                if item not in known:
+                base, b = split_workload(item) if axis == "workloads" else (item, None)
+                if base not in known:
                     raise SpecsweepError(
                         f"{source}: groups.{gname}.{axis}: unknown {what} '{item}' (known: {', '.join(known)})"
+                    )
+                if b is not None and b not in study.concurrency.get(base, ()):
+                    listed = ", ".join(map(str, study.concurrency.get(base, ()))) or "none"
+                    raise SpecsweepError(
+                        f"{source}: groups.{gname}.workloads: '{item}': b = {b} is not in "
+                        f"workloads.{base}.concurrency (listed: {listed})"
                     )
                 if item in seen:
                     raise SpecsweepError(f"{source}: groups.{gname}.{axis}: '{item}' listed twice")
                 seen.add(item)
         for m in g["models"]:
             for w in g["workloads"]:
+                base, only = split_workload(w)
                 for c in g[steps]:
-                    cell = Cell(m, w, c)
-                    if cell in study.cell_groups:
-                        raise SpecsweepError(
-                            f"{source}: groups.{gname}: cell {cell.key} is also in group {study.cell_groups[cell]}"
-                        )
-                    study.cell_groups[cell] = gname
-                    study.cells.append(cell)
-                    for i, b in enumerate(study.concurrency.get(w, ())):
-                        _check_concurrency(study, cell, b, f"{source}: workloads.{w}.concurrency[{i}]")
-                        at = Cell(m, at_concurrency(w, b), c)
-                        study.cell_groups[at] = gname
-                        study.cells.append(at)
+                    # a workload takes its own cell (all prompts at once) and one per concurrency it lists;
+                    # `code@b1` in a group takes that one cell alone
+                    bs = study.concurrency.get(base, ()) if only is None else (only,)
+                    wanted = [] if only is not None else [Cell(m, w, c)]
+                    for b in bs:
+                        i = study.concurrency[base].index(b)
+                        _check_concurrency(study, Cell(m, base, c), b, f"{source}: workloads.{base}.concurrency[{i}]")
+                        wanted.append(Cell(m, at_concurrency(base, b), c))
+                    for cell in wanted:
+                        if cell in study.cell_groups:
+                            raise SpecsweepError(
+                                f"{source}: groups.{gname}: cell {cell.key} is also in group {study.cell_groups[cell]}"
+                            )
+                        study.cell_groups[cell] = gname
+                        study.cells.append(cell)
 
 
 def _check_concurrency(study: Study, cell: Cell, b: int, where: str) -> None:
