@@ -328,3 +328,25 @@ def test_a_panel_without_data_is_left_out(tmp_path):
     assert any(n.startswith("panel 'GPU utilisation' left out") for n in notes)
     svg = (tmp_path / "f" / "fig6_gpu_util.svg").read_text()
     assert "GPU utilisation (mean %)" not in svg and "generation wall time (s)" in svg
+
+
+def test_a_run_measured_only_at_concurrencies_plans_figure_9_alone():
+    """Figures 1-8 draw the cells of all prompts at once; a run whose groups take only cells at a concurrency b
+    (the CPU profile: code@b1 and chat@b1) plans figure 9 alone and says why for each other figure, so the
+    workflow never waits for a figure the render leaves out."""
+    import yaml
+
+    from specsweep.config import build_study, load_study
+    from specsweep.view import left_out_by_config, planned_figures
+
+    demo = load_study(ROOT / "config" / "smoke.yaml")
+    assert {c.workload for c in demo.cells} == {"code@b1", "chat@b1"}
+    left = left_out_by_config(demo)
+    assert planned_figures(demo) == ["fig9_concurrency"] and list(left) == list(FIGURES)
+    assert all(why.startswith("no cell with all prompts at once") for why in left.values())
+    # one workload at the article's point as well: figures 1-8 are planned again (those its workloads allow)
+    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    cfg["groups"]["demo"]["workloads"] = ["code", "chat@b1"]
+    both = build_study(cfg)
+    assert {"fig1_headline", "fig2_r_vs_k_code", "fig9_concurrency"} <= set(planned_figures(both))
+    assert "fig3_sonnet_ladder" in left_out_by_config(both)  # no sonnet: as before

@@ -46,6 +46,7 @@ def left_out_reason(run: str) -> str:
     return f"no concurrency axis: no workload of run {run} is measured at a concurrency (workloads.<name>.concurrency)"
 
 
+AT_B = "concurrencies b only: figure 9"
 RANDOM_WEIGHTS = "random weights (`weights: dummy`), which measure step time, never acceptance"
 #: What each figure shows that random weights cannot measure (figure 8, R, is what they can).
 NEEDS_REAL_WEIGHTS: dict[str, str] = {
@@ -365,8 +366,14 @@ def left_out_by_config(study: Any) -> dict[str, str]:
     weights, and those whose workload or ladder step the config lacks. In FIGURES order."""
     dummy = dummy_models(study)
     headline = study.raw["headline_model"]
-    workloads = {c.workload for c in study.cells if c.model == headline}
+    # figures 1-8 draw the cells of all prompts at once (the article's point), never those at a concurrency b
+    point = [c for c in study.cells if c.concurrency is None]
+    workloads = {c.workload for c in point if c.model == headline}
     out: dict[str, str] = {}
+    if not point:
+        for stem in FIGURES:
+            if stem != CONCURRENCY_FIGURE:
+                out[stem] = f"no cell with all prompts at once, the point it draws (the run's cells are at {AT_B})"
     for stem, what in NEEDS_REAL_WEIGHTS.items():
         if stem in HEADLINE_FIGURES and headline in dummy:
             out[stem] = f"{what}: the headline model {headline} has {RANDOM_WEIGHTS}"
@@ -375,6 +382,11 @@ def left_out_by_config(study: Any) -> dict[str, str]:
     if headline not in study.models:
         for stem in HEADLINE_FIGURES:
             out.setdefault(stem, f"the headline model {headline} is not a model of the run")
+    elif not workloads:
+        for stem in HEADLINE_FIGURES:
+            out.setdefault(
+                stem, f"no cell of the headline model {headline} with all prompts at once, the point it draws"
+            )
     for stem, need in (("fig2_r_vs_k_code", "code"), ("fig3_sonnet_ladder", "sonnet")):
         if need not in workloads:
             out.setdefault(stem, f"no '{need}' workload for the headline model")
