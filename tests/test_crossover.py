@@ -139,7 +139,8 @@ def test_claim_c9_from_constructed_crossovers():
     from specsweep import claims
     from specsweep.config import build_study
 
-    study = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
+    gpu = yaml.safe_load((ROOT / "config/smoke.yaml").read_text()) | {"device": "gpu"}
+    study = build_study(gpu)
     model = next(iter(study.models))
     closed = _xrow(model, "code", "ngram", _curve([1, 4, 16, 64], [2.0, 1.5, 1.2, 0.8]))
     open_hi = _xrow(model, "chat", "ngram", _curve([1, 8, 64], [1.6, 1.3, 0.95], width=0.2))
@@ -155,9 +156,12 @@ def test_claim_c9_from_constructed_crossovers():
     assert f"{model}/code/ngram: b* 32.0 [" in c9["evidence"] and "even one request at a time" in c9["evidence"]
     assert claims.decide_c9(study, [])["verdict"] == claims.NOT_COVERED
     # random-weight models never decide it (their acceptance is not a real model's)
-    dummy = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
+    dummy = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()) | {"device": "gpu"})
     dummy.models[model] = dataclasses.replace(dummy.models[model], weights="dummy")
     assert claims.decide_c9(dummy, [closed])["verdict"] == claims.NOT_COVERED
+    # a CPU run decides no claim, C9 included: the rule's answer is shown, not taken
+    cpu = claims.decide_c9(build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text())), [closed])
+    assert cpu["verdict"] == claims.NOT_ON_CPU and cpu["evidence"].startswith("the rule alone would say confirmed;")
 
 
 def test_readme_sentence_names_b_star_or_the_case():

@@ -393,13 +393,19 @@ def decide(
     )
     if study.device == "cpu":
         for c in out:
-            c["evidence"] = (
-                f"the rule alone would say {c['verdict']}; a CPU run (a small model on a few CPU cores) is not "
-                f"the article's regime: {c['evidence']}"
-            )
-            c["verdict"] = NOT_ON_CPU
+            _not_on_cpu(c)
         out.append(_cpu(study, crow, rows))
     return out
+
+
+def _not_on_cpu(c: dict[str, Any]) -> dict[str, Any]:
+    """A claim of a CPU run: the rule's answer shown in the evidence, the verdict `not decidable on CPU`."""
+    c["evidence"] = (
+        f"the rule alone would say {c['verdict']}; a CPU run (a small model on a few CPU cores) is not "
+        f"the article's regime: {c['evidence']}"
+    )
+    c["verdict"] = NOT_ON_CPU
+    return c
 
 
 def _c4(
@@ -674,7 +680,7 @@ def decide_c9(study: Study, xrows: list[dict[str, Any]]) -> dict[str, Any]:
     )
     if not rows:
         ev = "only random-weight (weights: dummy) models measured at a concurrency" if xrows else "no concurrency axis"
-    return {
+    c9 = {
         "id": "C9",
         "claim": C9_LABEL,
         "verdict": _combine(verdicts),
@@ -684,3 +690,5 @@ def decide_c9(study: Study, xrows: list[dict[str, Any]]) -> dict[str, Any]:
         "evidence": ev,
         "cells": sorted(f"{x['model']}/{x['workload']}/{x['step']}" for x in rows),
     }
+    # a CPU run decides no claim of the article's, C9 included (its crossovers stay in the table)
+    return _not_on_cpu(c9) if study.device == "cpu" else c9
