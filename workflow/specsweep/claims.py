@@ -277,8 +277,15 @@ def _sync_step(study: Study) -> str | None:
 
 
 def decide(
-    study: Study, crow: list[dict[str, Any]], sp: list[dict[str, Any]], rows: list[dict[str, Any]]
+    study: Study,
+    crow: list[dict[str, Any]],
+    sp: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    every_cell: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
+    """C1-C8 from the cells `crow` and speedups `sp` (those of the article's point), and for a CPU run its own
+    entry from `every_cell` (all the run's cells, those at a concurrency b too; default `crow`) and the
+    measurements `rows`."""
     out = []
     dummy = {m for m, spec in study.models.items() if spec.weights == "dummy"}
     tech = study.technical_replicates
@@ -394,7 +401,7 @@ def decide(
     if study.device == "cpu":
         for c in out:
             _not_on_cpu(c)
-        out.append(_cpu(study, crow, rows))
+        out.append(_cpu(study, crow if every_cell is None else every_cell, rows))
     return out
 
 

@@ -934,7 +934,9 @@ def build_tables(
     # C1-C8 are the article's, about its point (all prompts at once): decided by the cells there; C9 (below b*
     # the drafter pays, above it costs) by the crossovers, for runs with a concurrency axis only
     at_point = [c for c in crow if c["concurrency"] is None], [s for s in sp if s["concurrency"] is None]
-    decided = claims.decide(study, *at_point, rows) + ([claims.decide_c9(study, xrows)] if xrows else [])
+    decided = claims.decide(study, *at_point, rows, every_cell=crow) + (
+        [claims.decide_c9(study, xrows)] if xrows else []
+    )
     readme = claims.readme_sentence(study, crow, sp, decided)
     if xrows:
         readme += " " + crossover.sentence(xrows, study.baseline)
