@@ -96,20 +96,6 @@ def test_slot_pools_and_cpu_sets(monkeypatch):
     assert cpu_set(pool8, ["6", "7"], list(range(128))) == list(range(96, 128))
     assert cpu_set(["0", "1"], ["1"], [0, 1]) == [1]
     assert cpu_set(pool8, ["5"], [0, 1]) == [1]  # more slots than CPUs: a slot shares one
-    # CPU engines leave one CPU to Snakemake and the jobs when every slot still gets one of its own
-    monkeypatch.delenv("SPECSWEEP_RESERVED_CPUS", raising=False)
-    assert SlotPool(("0",), 1, "virtual").cpus(["0"], [0, 1]) == [1]
-    assert SlotPool(("0", "1"), 2, "virtual").cpus(["1"], [0, 1]) == [1]  # two slots on two CPUs: none left out
-    assert SlotPool(("0", "1"), 2, "virtual").cpus(["0"], [0, 1, 2, 3, 4]) == [1, 2]
-    assert SlotPool(("0",), 1, "virtual").cpus(["0"], [3]) == [3]  # one CPU: nothing to leave
-    assert SlotPool(("0",), 1, "gpu").cpus(["0"], [0, 1]) == [0, 1]  # GPU hosts: as before
-    monkeypatch.setenv("SPECSWEEP_RESERVED_CPUS", "0")
-    assert SlotPool(("0",), 1, "virtual").cpus(["0"], [0, 1]) == [0, 1]
-    monkeypatch.setenv("SPECSWEEP_RESERVED_CPUS", "9")
-    assert SlotPool(("0",), 1, "virtual").cpus(["0"], [0, 1, 2]) == [2]  # never all of them
-    monkeypatch.setenv("SPECSWEEP_RESERVED_CPUS", "-1")
-    with pytest.raises(SpecsweepError, match="^SPECSWEEP_RESERVED_CPUS=-1: must be a whole number >= 0$"):
-        SlotPool(("0",), 1, "virtual").cpus(["0"], [0, 1])
 
 
 def test_lane_schedule_alternates_the_engines_that_are_alive_together(smoke_cfg):

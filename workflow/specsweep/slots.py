@@ -15,8 +15,7 @@ Engine hosts (enginehost.py) are keyed by the slots they hold: `slot_pool` says 
 engine folder share and how many they may hold at once (Snakemake's grant, `--resources gpu=N`, exported by
 the workflow as SPECSWEEP_SLOT_LIMIT), `cpu_set` gives each slot a CPU set of its own, and a host takes the
 node lock files of exactly the GPUs it was given (SPECSWEEP_HOST_SLOTS). On the CPU the slots are virtual:
-SPECSWEEP_SLOTS of them (else one), at most as many held as granted, each with its share of the CPUs left
-once `reserved_cpus` are set aside for Snakemake and the jobs.
+SPECSWEEP_SLOTS of them (else one), at most as many held as granted, each with its share of the CPUs.
 """
 
 from __future__ import annotations
@@ -279,32 +278,8 @@ class SlotPool:
 
     def cpus(self, held: list[str] | tuple[str, ...], allowed: list[int] | None = None) -> list[int]:
         """The CPU set of a host holding `held`: the allowed CPUs (this process's affinity) cut into one
-        contiguous part per slot of the pool, the parts of its slots together. On the CPU (virtual slots) the
-        first `reserved_cpus` of them are left out first: the engine computes on its cores alone."""
-        cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
-        if self.kind == "virtual":
-            cpus = cpus[reserved_cpus(len(cpus), len(self.ids)) :]
-        return cpu_set(list(self.ids), list(held), cpus)
-
-
-def reserved_cpus(n_cpus: int, n_slots: int) -> int:
-    """How many of the allowed CPUs a CPU engine host leaves to Snakemake, the cell jobs and the system:
-    SPECSWEEP_RESERVED_CPUS (0 turns it off), else 1 when that still leaves each slot a CPU of its own.
-
-    vLLM's CPU backend runs the model on as many OpenMP threads as its host has cores, and each parallel
-    region waits for its slowest thread, so a Snakemake or job process woken on one of those cores stalls
-    the whole step (vLLM's multiprocess CPU executor reserves a core for its scheduler for the same reason);
-    docs/scheduling.md has what it changed in the CPU profile on 2 cores."""
-    env = os.environ.get("SPECSWEEP_RESERVED_CPUS")
-    if env is not None and env.strip():
-        try:
-            want = int(env)
-        except ValueError:
-            want = -1
-        if want < 0:
-            raise SpecsweepError(f"SPECSWEEP_RESERVED_CPUS={env[:60]}: must be a whole number >= 0")
-        return min(want, max(n_cpus - 1, 0))
-    return 1 if n_cpus - 1 >= n_slots else 0
+        contiguous part per slot of the pool, the parts of its slots together."""
+        return cpu_set(list(self.ids), list(held), allowed)
 
 
 def _positive_int(name: str) -> int | None:
