@@ -292,11 +292,13 @@ def test_the_end_of_a_run_stops_only_that_runs_hosts(eng):
     run that another live Snakemake owns, is neither stopped nor waited for (as `snakemake figures` did)."""
     d = enginehost.engine_dir()
     me, other_scheduler = os.getpid(), subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    dead_scheduler = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead_scheduler.wait()
+    # a scheduler that is gone: a pid above the kernel's largest (PID_MAX_LIMIT, 2**22), never alive; the pid of
+    # a process that just exited can be taken again (by a thread too) on a busy machine, and then looks alive
+    dead_scheduler = 2**22 + 1
+    assert not enginehost._pid_alive(dead_scheduler)
     hosts = {
         "000000000000000a": (RUN, me),  # spawned by this run: stopped
-        "000000000000000b": (RUN, dead_scheduler.pid),  # this run's, its scheduler gone: stopped
+        "000000000000000b": (RUN, dead_scheduler),  # this run's, its scheduler gone: stopped
         "000000000000000c": ("other", me),  # another run's: left
         "000000000000000d": ("other", None),  # another run's, by hand: left
         "000000000000000e": (RUN, other_scheduler.pid),  # owned by another live Snakemake: left
