@@ -4,12 +4,90 @@
 # stopping it before the call's time limit (a later call resumes by existence), and packs the run's results,
 # logs and benchmarks into $OUT/results.tar.gz.
 #
-#   bash offline-gpu/device-run.sh BUDGET_S RUN SNAKEMAKE_ARG...
+#   bash offline-gpu/device-run.sh BUDGET_S RUN SNAKEMAKE_ARG...           one call: run, stop at BUDGET_S, pack
+#   bash offline-gpu/device-run.sh --start BUDGET_S RUN SNAKEMAKE_ARG...   start Snakemake in a session of its
+#                                                                           own and return (it outlives the call)
+#   bash offline-gpu/device-run.sh --wait WAIT_S RUN     wait up to WAIT_S for the started run, pack what exists;
+#                                                         exits with Snakemake's status once it has ended
+#   bash offline-gpu/device-run.sh --stop RUN            interrupt the started run (SIGINT), pack, stop engines
+#
+# --start/--wait is for machines whose calls have a time limit but which keep running what a call left in a
+# session of its own while they stay held: one Snakemake run then spans many calls, so no engine start is cut
+# short at a call's limit and Snakemake starts once. Environment: SPECSWEEP_SITE_ENV (the file that puts vLLM
+# on PYTHONPATH, default /tmp/site/env.sh), SPECSWEEP_DETACHED_DIR (where a started run keeps its pid, log and
+# exit status, default /tmp/specsweep-detached), SPECSWEEP_RESUME (below), OUT (where results.tar.gz goes).
 set -uo pipefail
-budget=$1 run=$2
-shift 2
+mode=run
+case ${1:-} in
+  --start | --wait | --stop) mode=${1#--} && shift ;;
+esac
+case $mode in
+  run | start) [ "$#" -ge 2 ] || { echo "usage: $0 [--start] BUDGET_S RUN SNAKEMAKE_ARG..." >&2; exit 2; }
+    budget=$1 run=$2 && shift 2 ;;
+  wait) [ "$#" -eq 2 ] || { echo "usage: $0 --wait WAIT_S RUN" >&2; exit 2; }
+    wait_s=$1 run=$2 ;;
+  stop) [ "$#" -eq 1 ] || { echo "usage: $0 --stop RUN" >&2; exit 2; }
+    run=$1 ;;
+esac
+state=${SPECSWEEP_DETACHED_DIR:-/tmp/specsweep-detached}/$run
+site_env=${SPECSWEEP_SITE_ENV:-/tmp/site/env.sh}
 # shellcheck source=/dev/null
-. /tmp/site/env.sh
+. "$site_env" || { echo "cannot read $site_env (SPECSWEEP_SITE_ENV): is vLLM installed?"; exit 1; }
+export PYTHONPATH=$PWD/workflow:${PYTHONPATH:-} SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
+
+pack() {
+  if [ -n "${OUT:-}" ]; then
+    tar czf "$OUT/results.tar.gz" --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" "figures/$run" \
+      2>/dev/null
+    ls -la "$OUT"
+  fi
+}
+
+stop_engines() {
+  # a host still measuring when the budget ran out is not waited for
+  SPECSWEEP_ENGINE_START_TIMEOUT_S=10 python3 -m specsweep.cli engines --stop || true
+}
+
+cells() {
+  find "results/$run/cells" -name 'r*.json' 2>/dev/null | wc -l
+}
+
+# the end of a started run: its exit status, or "still running" (exit 0) for the next --wait
+report() {
+  echo "snakemake log, last lines:"
+  tail -n 12 "$state/snakemake.log" 2>/dev/null | grep -vE '^\s*$'
+  echo "cells of $run here: $(cells)"
+  pack
+  if [ -f "$state/rc" ]; then
+    rc=$(cat "$state/rc")
+    echo "snakemake exit $rc"
+    stop_engines
+    exit "$rc"
+  fi
+  echo "still running (pid $(cat "$state/pid")): call --wait again while the machine is held"
+  exit 0
+}
+
+case $mode in
+  wait)
+    [ -f "$state/pid" ] || { echo "no started run of $run here (start one with --start)"; exit 1; }
+    pid=$(cat "$state/pid") t0=$SECONDS
+    while [ ! -f "$state/rc" ] && kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$wait_s" ]; do
+      sleep 2
+    done
+    report ;;
+  stop)
+    [ -f "$state/pid" ] || { echo "no started run of $run here"; exit 1; }
+    pid=$(cat "$state/pid")
+    # every process of its session: Snakemake and the job it runs (SIGINT first, so a cell in flight is not
+    # half-written); engine hosts live in sessions of their own and are stopped below
+    pkill -INT -s "$pid"
+    for _ in $(seq 30); do pgrep -s "$pid" >/dev/null || break; sleep 1; done
+    pkill -KILL -s "$pid" && sleep 1
+    [ -f "$state/rc" ] || echo 130 >"$state/rc"
+    report ;;
+esac
+
 if ! python3 -c "import snakemake" 2>/dev/null; then
   bash offline-gpu/device-install-workflow.sh .device/snakemake-wheels >/dev/null || exit 1
 fi
@@ -23,13 +101,16 @@ if [ -f "$gguf" ]; then
   echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $gguf" | sha256sum -c - || exit 1
   export SPECSWEEP_GGUF=$gguf
 fi
-export PYTHONPATH=$PWD/workflow:$PYTHONPATH SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
 # a previous call's results.tar.gz, carried back (SPECSWEEP_RESUME=its path): the cells the machine lost
 # between calls (a mirrored tree deletes them, a fresh machine never had them) come back before Snakemake
 # looks; files already here are kept
 if [ -n "${SPECSWEEP_RESUME:-}" ]; then
   tar xzf "$SPECSWEEP_RESUME" --skip-old-files "results/$run" || { echo "cannot resume from $SPECSWEEP_RESUME"; exit 1; }
-  echo "resumed from $SPECSWEEP_RESUME: $(find "results/$run/cells" -name 'r*.json' | wc -l) cells"
+  echo "resumed from $SPECSWEEP_RESUME: $(cells) cells"
+fi
+if [ "$mode" = start ] && [ -f "$state/pid" ] && [ ! -f "$state/rc" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then
+  echo "a started run of $run is still running (pid $(cat "$state/pid")): --wait for it or --stop it first"
+  exit 1
 fi
 # the workload files and model folders first, in a Snakemake run of their own (`snakemake prepare`): they are
 # not in the working tree this machine got, and made in the same run as the cells they would re-measure
@@ -44,13 +125,27 @@ for a in "$@"; do
   esac
 done
 python3 -m snakemake prepare --cores 1 "${prep[@]}" >/dev/null 2>&1 || echo "snakemake prepare failed"
+
+if [ "$mode" = start ]; then
+  rm -rf "$state" && mkdir -p "$state"
+  # a session of its own (setsid), so that it outlives this call; its exit status lands in $state/rc
+  # shellcheck disable=SC2016
+  setsid bash -c 'timeout --signal=INT --kill-after=20 "$1" python3 -m snakemake "${@:3}" >"$2/snakemake.log" 2>&1
+    echo $? >"$2/rc"' _ "$budget" "$state" "$@" </dev/null >/dev/null 2>&1 &
+  pid=$!
+  echo "$pid" >"$state/pid"
+  # return only once it leads its own session: what a call leaves in the call's session may be killed at once
+  for _ in $(seq 100); do
+    [ "$(ps -o sid= -p "$pid" | tr -d ' ')" = "$pid" ] && break
+    sleep 0.1
+  done
+  echo "started Snakemake for $run (pid $pid, at most ${budget} s, log $state/snakemake.log)"
+  exit 0
+fi
+
 timeout --signal=INT --kill-after=20 "$budget" python3 -m snakemake "$@"
 rc=$?
 echo "snakemake exit $rc"
-if [ -n "${OUT:-}" ]; then
-  tar czf "$OUT/results.tar.gz" --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" "figures/$run" 2>/dev/null
-  ls -la "$OUT"
-fi
-# a host still measuring when the budget ran out is not waited for
-SPECSWEEP_ENGINE_START_TIMEOUT_S=10 python3 -m specsweep.cli engines --stop || true
+pack
+stop_engines
 exit $rc

@@ -1,0 +1,111 @@
+"""offline-gpu/device-run.sh: a run started with --start outlives the call that started it, --wait packs what
+exists and reports Snakemake's exit status once it has ended, --stop interrupts it. Shown with real Snakemake on a
+workflow of two timed jobs, in a copy of the script; the call that starts the run is its own process group,
+killed as soon as it returns, as a time-limited machine ends what a call leaves behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPT = ROOT / "offline-gpu" / "device-run.sh"
+RUN = "t"
+SNAKEFILE = f"""
+rule prepare:
+    output: touch("prepared.flag")
+
+rule cell:
+    output: "results/{RUN}/cells/m/w/s/r{{n}}.json"
+    shell: "sleep {{wildcards.n}}; echo '{{{{}}}}' > {{output}}"
+"""
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    w = tmp_path / "work"
+    (w / "offline-gpu").mkdir(parents=True)
+    (w / "offline-gpu" / "device-run.sh").write_text(SCRIPT.read_text())
+    (w / "Snakefile").write_text(SNAKEFILE)
+    (tmp_path / "env.sh").write_text("# vLLM would be put on PYTHONPATH here\n")
+    (tmp_path / "out").mkdir()
+    env = os.environ | {
+        "PATH": f"{Path(os.path.abspath(sys.executable)).parent}:{os.environ['PATH']}",
+        "SPECSWEEP_SITE_ENV": str(tmp_path / "env.sh"),
+        "SPECSWEEP_DETACHED_DIR": str(tmp_path / "state"),
+        "OUT": str(tmp_path / "out"),
+    }
+    return w, env
+
+
+def _call(work: Path, env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """One call on the machine: its own process group, and whatever is left in that group is killed after it."""
+    p = subprocess.Popen(
+        ["bash", "offline-gpu/device-run.sh", *args],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    out, _ = p.communicate(timeout=timeout)
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return subprocess.CompletedProcess(p.args, p.returncode, out, None)
+
+
+def _cells(work: Path) -> list[str]:
+    return sorted(p.name for p in (work / "results" / RUN / "cells").rglob("r*.json"))
+
+
+def _packed(env: dict[str, str]) -> list[str]:
+    with tarfile.open(Path(env["OUT"]) / "results.tar.gz") as tar:
+        return sorted(Path(n).name for n in tar.getnames() if n.endswith(".json"))
+
+
+def test_a_started_run_outlives_its_call_and_wait_reports_its_end(work):
+    w, env = work
+    targets = [f"results/{RUN}/cells/m/w/s/r{n}.json" for n in (1, 3)]
+    t0 = time.monotonic()
+    start = _call(w, env, "--start", "300", RUN, *targets, "--cores", "1")
+    assert start.returncode == 0, start.stdout
+    assert "started Snakemake for t" in start.stdout and time.monotonic() - t0 < 60
+    assert (w / "prepared.flag").is_file()  # `snakemake prepare` ran first, in the call
+    # the call is over and its process group killed; the run goes on
+    early = _call(w, env, "--wait", "0", RUN)
+    assert early.returncode == 0 and "still running" in early.stdout, early.stdout
+    assert _packed(env) == _cells(w)  # what exists so far is packed
+    again = _call(w, env, "--start", "300", RUN, *targets, "--cores", "1")
+    assert again.returncode == 1 and "is still running" in again.stdout
+    end = _call(w, env, "--wait", "120", RUN)
+    assert end.returncode == 0 and "snakemake exit 0" in end.stdout, end.stdout
+    assert _cells(w) == ["r1.json", "r3.json"] == _packed(env)
+
+
+def test_stop_interrupts_a_started_run_and_says_how_it_ended(work):
+    w, env = work
+    start = _call(w, env, "--start", "300", RUN, f"results/{RUN}/cells/m/w/s/r30.json", "--cores", "1")
+    assert start.returncode == 0, start.stdout
+    time.sleep(3)
+    stop = _call(w, env, "--stop", RUN)
+    assert "snakemake exit" in stop.stdout and stop.returncode != 0, stop.stdout
+    assert _cells(w) == []  # no half-written cell
+    pid = int((Path(env["SPECSWEEP_DETACHED_DIR"]) / RUN / "pid").read_text())
+    assert subprocess.run(["pgrep", "-s", str(pid)], capture_output=True).returncode == 1  # nothing left of it
+
+
+def test_wait_without_a_started_run_says_so(work):
+    w, env = work
+    r = _call(w, env, "--wait", "1", RUN)
+    assert r.returncode == 1 and r.stdout.strip() == "no started run of t here (start one with --start)"
