@@ -97,3 +97,49 @@ def test_no_notes_on_how_the_work_was_organised():
                 continue
             hits += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in PROCESS.finditer(text)]
     assert hits == []
+
+
+def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
+    """One row per (run, model, workload, drafter) of a run with a crossover table: each measured b's speedup and
+    verdict from speedup.parquet, '–' where a b has none, b* from crossover.parquet; the vanilla-sync control and
+    curves with nothing measured are left out; a run without a crossover table adds nothing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for run in ("conc", "plain"):
+        (tmp_path / "docs" / "runs").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "docs" / "runs" / f"{run}.md").write_text(f"# {run}\n")
+        (tmp_path / "results" / run / "tables").mkdir(parents=True)
+    t = tmp_path / "results" / "conc" / "tables"
+
+    def sp(w, c, s, v):
+        return {"model": "m", "workload": w, "config": c, "speedup": s, "verdict": v}
+
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                sp("code@b1", "ngram", 2.345, "faster"),
+                sp("code@b8", "ngram", 0.871, "undecided (n<2)"),
+                sp("code", "ngram", 0.5, "slower"),  # all prompts at once: not a b
+                sp("code@b1", "suffix", None, "missing"),
+                sp("code@b1", "vanilla-sync", 0.8, "slower"),
+            ]
+        ),
+        t / "speedup.parquet",
+    )
+    x = {"model": "m", "workload": "code", "b_star_lo": 1.5, "b_star_hi": None, "n": 2}
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                x | {"step": "ngram", "b_star": 3.2, "note": "crosses 1"},
+                x | {"step": "suffix", "b_star": None, "note": "undecided (no concurrency measured)"},
+                x | {"step": "vanilla-sync", "b_star": None, "note": "costs at every measured b (b = 1–8)"},
+            ]
+        ),
+        t / "crossover.parquet",
+    )
+    assert docs.concurrency_summary(tmp_path).splitlines() == [
+        "| run | model | workload | drafter | b = 1 | b = 8 | b* |",
+        "|---|---|---|---|---|---|---|",
+        "| conc | m | code | ngram | 2.35 faster | 0.87 undecided | 3.2 [1.5, open] |",
+    ]
