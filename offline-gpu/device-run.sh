@@ -52,18 +52,21 @@ cells() {
   find "results/$run/cells" -name 'r*.json' 2>/dev/null | wc -l
 }
 
-# the end of a started run: its exit status, or "still running" (exit 0) for the next --wait
+# a run that has ended: its exit status, the results packed, the engine hosts stopped
+finish() {
+  echo "snakemake exit $1"
+  pack
+  stop_engines
+  exit "$1"
+}
+
+# a started run: its exit status once it has ended, else what it has done so far and "still running" (exit 0)
 report() {
   echo "snakemake log, last lines:"
   tail -n 12 "$state/snakemake.log" 2>/dev/null | grep -vE '^\s*$'
   echo "cells of $run here: $(cells)"
+  [ -f "$state/rc" ] && finish "$(cat "$state/rc")"
   pack
-  if [ -f "$state/rc" ]; then
-    rc=$(cat "$state/rc")
-    echo "snakemake exit $rc"
-    stop_engines
-    exit "$rc"
-  fi
   echo "still running (pid $(cat "$state/pid")): call --wait again while the machine is held"
   exit 0
 }
@@ -144,8 +147,4 @@ if [ "$mode" = start ]; then
 fi
 
 timeout --signal=INT --kill-after=20 "$budget" python3 -m snakemake "$@"
-rc=$?
-echo "snakemake exit $rc"
-pack
-stop_engines
-exit $rc
+finish $?

@@ -113,7 +113,8 @@ def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
     t = tmp_path / "results" / "conc" / "tables"
 
     def sp(w, c, s, v):
-        return {"model": "m", "workload": w, "config": c, "speedup": s, "verdict": v}
+        b = int(w.split("@b")[1]) if "@b" in w else None
+        return {"model": "m", "workload": w, "config": c, "concurrency": b, "speedup": s, "verdict": v}
 
     pq.write_table(
         pa.Table.from_pylist(
@@ -131,7 +132,7 @@ def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
     pq.write_table(
         pa.Table.from_pylist(
             [
-                x | {"step": "ngram", "b_star": 3.2, "note": "crosses 1"},
+                x | {"step": "ngram", "b_star": 3.2, "note": "crosses 1 between b = 1 and b = 8"},
                 x | {"step": "suffix", "b_star": None, "note": "undecided (no concurrency measured)"},
                 x | {"step": "vanilla-sync", "b_star": None, "note": "costs at every measured b (b = 1–8)"},
             ]
@@ -141,5 +142,5 @@ def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
     assert docs.concurrency_summary(tmp_path).splitlines() == [
         "| run | model | workload | drafter | b = 1 | b = 8 | b* |",
         "|---|---|---|---|---|---|---|",
-        "| conc | m | code | ngram | 2.35 faster | 0.87 undecided | 3.2 [1.5, open] |",
+        "| conc | m | code | ngram | 2.35 faster | 0.87 undecided | b* = 3.2 [1.5, open] |",
     ]

@@ -646,10 +646,10 @@ def _expand(study: Study, source: str) -> None:
         for m in g["models"]:
             for w in g["workloads"]:
                 base, only = split_workload(w)
+                # a workload takes its own cell (all prompts at once) and one per concurrency it lists; `code@b1`
+                # in a group takes that one cell alone
+                bs = study.concurrency.get(base, ()) if only is None else (only,)
                 for c in g[steps]:
-                    # a workload takes its own cell (all prompts at once) and one per concurrency it lists;
-                    # `code@b1` in a group takes that one cell alone
-                    bs = study.concurrency.get(base, ()) if only is None else (only,)
                     wanted = [] if only is not None else [Cell(m, w, c)]
                     for b in bs:
                         i = study.concurrency[base].index(b)

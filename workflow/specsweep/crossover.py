@@ -182,16 +182,18 @@ def crossover_rows(speedup_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any
     return out
 
 
+def describe(x: dict[str, Any]) -> str:
+    """A crossover row in a few words: `b* = B [LO, HI]` where the curve crosses 1, else the case (pays or costs
+    at every measured b, undecided)."""
+    if x["note"].startswith("crosses"):
+        return f"b* = {x['b_star']:g} [{_fmt(x['b_star_lo'])}, {_fmt(x['b_star_hi'])}]"
+    return str(x["note"]).split(" (")[0].split(":")[0]
+
+
 def sentence(xrows: Sequence[dict[str, Any]], baseline: str) -> str:
     """The README's sentence about a run's crossovers: b* with its interval where there is one, otherwise
     the case (pays or costs at every measured b, undecided)."""
-    parts = []
-    for x in xrows:
-        name = f"{x['model']}/{x['workload']}/{x['step']}"
-        if x["note"].startswith("crosses"):
-            parts.append(f"{name} b* = {x['b_star']:g} [{_fmt(x['b_star_lo'])}, {_fmt(x['b_star_hi'])}]")
-        else:
-            parts.append(f"{name} {x['note'].split(' (')[0].split(':')[0]}")
+    parts = [f"{x['model']}/{x['workload']}/{x['step']} {describe(x)}" for x in xrows]
     return (
         f"Against {baseline} at the same concurrency b, the speedup falls through 1 at b* (interpolated on "
         f"log b; [where the 95 % interval's bounds do], open past the measured b): {'; '.join(parts)}."

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from . import claims, paths, stats
+from . import claims, crossover, paths, stats
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A block; an empty one (its end marker on the next line) matches too, so that it is filled, not skipped.
@@ -170,42 +170,37 @@ def claim_rules(root: Path = ROOT) -> str:
     return "\n".join(rows)
 
 
-def _b_star(row: dict) -> str:
-    """A crossover row in a few words: b* [interval], or the note's first clause where there is no b*."""
-    if row["b_star"] is None:
-        return str(row["note"]).split(" (")[0]
-    lo, hi = (f"{v:.3g}" if v is not None else "open" for v in (row["b_star_lo"], row["b_star_hi"]))
-    return f"{row['b_star']:.3g} [{lo}, {hi}]"
-
-
 def concurrency_summary(root: Path = ROOT) -> str:
     """The README's speedup against concurrency: one row per (run, model, workload, drafter) of every committed
     run with a crossover table, the speedup over vanilla at each measured b with its verdict, and b*."""
+    import pyarrow.parquet as pq
+
     rows: list[tuple[str, str, str, str, dict[int, str], str]] = []
     bs: set[int] = set()
     for run in _pages(root):
         tables = paths.tables_dir(run, root / paths.RESULTS)
         if not (tables / "crossover.parquet").is_file():
             continue
-        import pyarrow.parquet as pq
-
-        speed = pq.read_table(tables / "speedup.parquet").to_pylist()
+        # (model, workload, step) -> b -> "speedup verdict", the all-at-once point (no b) left out
+        at: dict[tuple[str, str, str], dict[int, str]] = {}
+        for r in pq.read_table(tables / "speedup.parquet").to_pylist():
+            if r["concurrency"] is None:
+                continue
+            b = int(r["concurrency"])
+            bs.add(b)
+            curve = at.setdefault((r["model"], crossover.base_workload(r["workload"]), r["config"]), {})
+            if r["speedup"] is not None:
+                curve[b] = f"{r['speedup']:.2f} {r['verdict'].split(' (')[0]}"
         for x in pq.read_table(tables / "crossover.parquet").to_pylist():
-            at: dict[int, str] = {}
-            for r in speed:
-                base, b = paths.split_workload(r["workload"])
-                if (r["model"], base, r["config"]) == (x["model"], x["workload"], x["step"]) and b is not None:
-                    bs.add(b)
-                    if r["speedup"] is not None:
-                        at[b] = f"{r['speedup']:.2f} {r['verdict'].split(' (')[0]}"
-            if x["step"] != "vanilla-sync" and at:
-                rows.append((run, x["model"], x["workload"], x["step"], at, _b_star(x)))
+            curve = at.get((x["model"], x["workload"], x["step"]), {})
+            if x["step"] != "vanilla-sync" and curve:
+                rows.append((run, x["model"], x["workload"], x["step"], curve, crossover.describe(x)))
     cols = sorted(bs)
     head = ["| run | model | workload | drafter | " + " | ".join(f"b = {b}" for b in cols) + " | b* |"]
     head.append("|---|---|---|---|" + "---|" * len(cols) + "---|")
     body = [
-        f"| {run} | {m} | {w} | {d} | " + " | ".join(at.get(b, "–") for b in cols) + f" | {bstar} |"
-        for run, m, w, d, at, bstar in rows
+        f"| {run} | {m} | {w} | {d} | " + " | ".join(curve.get(b, "–") for b in cols) + f" | {bstar} |"
+        for run, m, w, d, curve, bstar in rows
     ]
     return "\n".join(head + body)
 
