@@ -35,8 +35,8 @@ RUNS = {
     # concurrency: the 8B shape at b = 1..256 on code-t1/code-greedy, 3 engine starts per ladder step (the cells
     # of all prompts at once were not measured)
     "h200-concurrency": ("config/h200-concurrency.yaml", 48),
-    # the same at the 32B shape, vanilla/ngram/suffix: code-greedy measured (3 engine starts per ladder step, one
-    # boot), code-t1 not yet
+    # the same at the 32B shape, vanilla/ngram/suffix: code-greedy and code-t1 (3 engine starts per ladder step,
+    # each workload on one boot; code-t1@b256/vanilla has 2)
     "h200-concurrency-32b": ("config/h200-concurrency-32b.yaml", 30),
     # concurrency with the real SmolLM2: code at b = 1..256 with 3 engine starts per ladder step, sonnet with 1-2,
     # chat at b = 1 and 256 with 2-3; chat's other b and the cells of all prompts at once not measured
