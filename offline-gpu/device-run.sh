@@ -13,7 +13,10 @@
 #
 # --start/--wait is for machines whose calls have a time limit but which keep running what a call left in a
 # session of its own while they stay held: one Snakemake run then spans many calls, so no engine start is cut
-# short at a call's limit and Snakemake starts once. Environment: SPECSWEEP_SITE_ENV (the file that puts vLLM
+# short at a call's limit and Snakemake starts once. A started run works in a copy of the working tree of its own
+# ($SPECSWEEP_DETACHED_DIR/RUN/tree, made by --start; --wait and --stop work there too), so that a machine which
+# mirrors the sending side's tree into the checkout before each call cannot delete the cells it writes between
+# calls; a later --start of the same RUN keeps the cells, logs and benchmarks the last one made there. Environment: SPECSWEEP_SITE_ENV (the file that puts vLLM
 # on PYTHONPATH, default /tmp/site/env.sh), SPECSWEEP_DETACHED_DIR (where a started run keeps its pid, log and
 # exit status, default /tmp/specsweep-detached), SPECSWEEP_RESUME (below), OUT (where results.tar.gz goes).
 set -uo pipefail
@@ -30,10 +33,34 @@ case $mode in
     run=$1 ;;
 esac
 state=${SPECSWEEP_DETACHED_DIR:-/tmp/specsweep-detached}/$run
+tree=$state/tree repo=$PWD
+case ${SPECSWEEP_RESUME:-/} in /*) ;; *) SPECSWEEP_RESUME=$repo/$SPECSWEEP_RESUME ;; esac
 site_env=${SPECSWEEP_SITE_ENV:-/tmp/site/env.sh}
 # shellcheck source=/dev/null
 . "$site_env" || { echo "cannot read $site_env (SPECSWEEP_SITE_ENV): is vLLM installed?"; exit 1; }
-export PYTHONPATH=$PWD/workflow:${PYTHONPATH:-} SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
+export SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
+
+case $mode in
+  start)
+    if [ -f "$state/pid" ] && [ ! -f "$state/rc" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then
+      echo "a started run of $run is still running (pid $(cat "$state/pid")): --wait for it or --stop it first"
+      exit 1
+    fi
+    # the run's own copy of the working tree; what the last started run of RUN made there is kept (files the
+    # sent tree has win)
+    rm -rf "$state.kept" && { [ ! -d "$tree" ] || mv "$tree" "$state.kept"; }
+    rm -rf "$state" && mkdir -p "$tree" || exit 1
+    tar -cf - --exclude=./.git --exclude=./.device --exclude=./.venv . | tar -xf - -C "$tree" || { echo "cannot copy the tree to $tree"; exit 1; }
+    if [ -d "$state.kept" ]; then
+      (cd "$state.kept" && tar -cf - --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" 2>/dev/null) |
+        tar -xf - -C "$tree" --skip-old-files
+      rm -rf "$state.kept"
+      echo "kept from the last started run of $run: $(find "$tree/results/$run/cells" -name 'r*.json' 2>/dev/null | wc -l) cells in all"
+    fi
+    cd "$tree" || exit 1 ;;
+  wait | stop) [ ! -d "$tree" ] || cd "$tree" || exit 1 ;;
+esac
+export PYTHONPATH=$PWD/workflow:${PYTHONPATH:-}
 
 pack() {
   if [ -n "${OUT:-}" ]; then
@@ -92,7 +119,7 @@ case $mode in
 esac
 
 if ! python3 -c "import snakemake" 2>/dev/null; then
-  bash offline-gpu/device-install-workflow.sh .device/snakemake-wheels >/dev/null || exit 1
+  bash offline-gpu/device-install-workflow.sh "$repo/.device/snakemake-wheels" >/dev/null || exit 1
 fi
 # the SmolLM2 GGUF (the real model and the dummy models' tokenizer), when its pieces were stashed; runs of
 # dummy models whose tokenizer is carried (resources/tokenizers/) need none
@@ -111,10 +138,6 @@ if [ -n "${SPECSWEEP_RESUME:-}" ]; then
   tar xzf "$SPECSWEEP_RESUME" --skip-old-files "results/$run" || { echo "cannot resume from $SPECSWEEP_RESUME"; exit 1; }
   echo "resumed from $SPECSWEEP_RESUME: $(cells) cells"
 fi
-if [ "$mode" = start ] && [ -f "$state/pid" ] && [ ! -f "$state/rc" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then
-  echo "a started run of $run is still running (pid $(cat "$state/pid")): --wait for it or --stop it first"
-  exit 1
-fi
 # the workload files and model folders first, in a Snakemake run of their own (`snakemake prepare`): they are
 # not in the working tree this machine got, and made in the same run as the cells they would re-measure
 # every cell already there (docs/design.md, "Resuming a run elsewhere")
@@ -130,7 +153,7 @@ done
 python3 -m snakemake prepare --cores 1 "${prep[@]}" >/dev/null 2>&1 || echo "snakemake prepare failed"
 
 if [ "$mode" = start ]; then
-  rm -rf "$state" && mkdir -p "$state"
+  rm -f "$state/pid" "$state/rc" "$state/snakemake.log"
   # a session of its own (setsid), so that it outlives this call; its exit status lands in $state/rc
   # shellcheck disable=SC2016
   setsid bash -c 'timeout --signal=INT --kill-after=20 "$1" python3 -m snakemake "${@:3}" >"$2/snakemake.log" 2>&1
@@ -142,7 +165,7 @@ if [ "$mode" = start ]; then
     [ "$(ps -o sid= -p "$pid" | tr -d ' ')" = "$pid" ] && break
     sleep 0.1
   done
-  echo "started Snakemake for $run (pid $pid, at most ${budget} s, log $state/snakemake.log)"
+  echo "started Snakemake for $run (pid $pid, at most ${budget} s, in $tree, log $state/snakemake.log)"
   exit 0
 fi
 

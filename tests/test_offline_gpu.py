@@ -1,11 +1,13 @@
 """offline-gpu/device-run.sh: a run started with --start outlives the call that started it, --wait packs what
-exists and reports Snakemake's exit status once it has ended, --stop interrupts it. Shown with real Snakemake on a
-workflow of two timed jobs, in a copy of the script; the call that starts the run is its own process group,
-killed as soon as it returns, as a time-limited machine ends what a call leaves behind."""
+exists and reports Snakemake's exit status once it has ended, --stop interrupts it; the run works in a copy of the
+tree of its own, so what a mirror does to the checkout between calls cannot delete its cells. Shown with real
+Snakemake on a workflow of timed jobs, in a copy of the script; the call that starts the run is its own process
+group, killed as soon as it returns, as a time-limited machine ends what a call leaves behind."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,8 +67,10 @@ def _call(work: Path, env: dict[str, str], *args: str, timeout: float = 120) -> 
     return subprocess.CompletedProcess(p.args, p.returncode, out, None)
 
 
-def _cells(work: Path) -> list[str]:
-    return sorted(p.name for p in (work / "results" / RUN / "cells").rglob("r*.json"))
+def _cells(env: dict[str, str]) -> list[str]:
+    """The cells in the started run's own tree."""
+    tree = Path(env["SPECSWEEP_DETACHED_DIR"]) / RUN / "tree"
+    return sorted(p.name for p in (tree / "results" / RUN / "cells").rglob("r*.json"))
 
 
 def _packed(env: dict[str, str]) -> list[str]:
@@ -81,16 +85,39 @@ def test_a_started_run_outlives_its_call_and_wait_reports_its_end(work):
     start = _call(w, env, "--start", "300", RUN, *targets, "--cores", "1")
     assert start.returncode == 0, start.stdout
     assert "started Snakemake for t" in start.stdout and time.monotonic() - t0 < 60
-    assert (w / "prepared.flag").is_file()  # `snakemake prepare` ran first, in the call
+    tree = Path(env["SPECSWEEP_DETACHED_DIR"]) / RUN / "tree"
+    assert (tree / "prepared.flag").is_file()  # `snakemake prepare` ran first, in the call, in the run's tree
     # the call is over and its process group killed; the run goes on
     early = _call(w, env, "--wait", "0", RUN)
     assert early.returncode == 0 and "still running" in early.stdout, early.stdout
-    assert _packed(env) == _cells(w)  # what exists so far is packed
+    assert _packed(env) == _cells(env)  # what exists so far is packed
     again = _call(w, env, "--start", "300", RUN, *targets, "--cores", "1")
     assert again.returncode == 1 and "is still running" in again.stdout
     end = _call(w, env, "--wait", "120", RUN)
     assert end.returncode == 0 and "snakemake exit 0" in end.stdout, end.stdout
-    assert _cells(w) == ["r1.json", "r3.json"] == _packed(env)
+    assert _cells(env) == ["r1.json", "r3.json"] == _packed(env)
+
+
+def test_a_mirror_of_the_checkout_between_calls_deletes_nothing_of_a_started_run(work):
+    """A machine that mirrors the sending tree into the checkout before each call deletes there what the sender
+    lacks: the started run's results, in a tree of its own, stay; a later --start of the run keeps them and
+    measures only what is missing."""
+    w, env = work
+    start = _call(w, env, "--start", "300", RUN, f"results/{RUN}/cells/m/w/s/r1.json", "--cores", "1")
+    assert start.returncode == 0, start.stdout
+    shutil.rmtree(w / "results", ignore_errors=True)  # the mirror, while the run measures
+    end = _call(w, env, "--wait", "120", RUN)
+    assert "snakemake exit 0" in end.stdout and _packed(env) == ["r1.json"], end.stdout
+    shutil.rmtree(w / "results", ignore_errors=True)
+    (w / "results" / RUN / "cells" / "m" / "w" / "s").mkdir(parents=True)
+    (w / "results" / RUN / "cells" / "m" / "w" / "s" / "r0.json").write_text("{}\n")  # a cell the sender has
+    targets = [f"results/{RUN}/cells/m/w/s/r{n}.json" for n in (0, 1, 2)]
+    again = _call(w, env, "--start", "300", RUN, *targets, "--cores", "1")
+    assert again.returncode == 0 and "kept from the last started run of t: 2 cells in all" in again.stdout
+    end = _call(w, env, "--wait", "120", RUN)
+    assert "snakemake exit 0" in end.stdout and _packed(env) == ["r0.json", "r1.json", "r2.json"], end.stdout
+    log = (Path(env["SPECSWEEP_DETACHED_DIR"]) / RUN / "snakemake.log").read_text()
+    assert "1 of 1 steps (100%) done" in log  # only r2 was made
 
 
 def test_stop_interrupts_a_started_run_and_says_how_it_ended(work):
@@ -100,7 +127,7 @@ def test_stop_interrupts_a_started_run_and_says_how_it_ended(work):
     time.sleep(3)
     stop = _call(w, env, "--stop", RUN)
     assert "snakemake exit" in stop.stdout and stop.returncode != 0, stop.stdout
-    assert _cells(w) == []  # no half-written cell
+    assert _cells(env) == []  # no half-written cell
     pid = int((Path(env["SPECSWEEP_DETACHED_DIR"]) / RUN / "pid").read_text())
     assert subprocess.run(["pgrep", "-s", str(pid)], capture_output=True).returncode == 1  # nothing left of it
 
