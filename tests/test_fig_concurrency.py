@@ -62,7 +62,8 @@ def _row(workload: str, config: str, b: int | None, tok_s: float) -> tuple[dict,
     return row, vals
 
 
-def constructed_tables(out: Path, axis: bool = True) -> None:
+def constructed_tables(out: Path, axis: bool = True, fewer: str | None = None) -> None:
+    """``fewer``: a baseline cell (workload@b) whose row says n = 2 of the 3 repeats planned."""
     crow, series = [], {}
     for w in ("code", "chat"):
         for b in (None, *(BS if axis else ())):
@@ -70,6 +71,8 @@ def constructed_tables(out: Path, axis: bool = True) -> None:
             for cfg in (BASE, "ngram", "suffix"):
                 gain = 1.0 if cfg == BASE else (1.1 if b is None else GAIN[(w, cfg)][BS.index(b)])
                 row, vals = _row(w, cfg, b, base_tok * gain)
+                if cfg == BASE and row["workload"] == fewer:
+                    row["n"] = 2
                 crow.append(row)
                 series[(row["workload"], cfg)] = vals
     by = {(c["workload"], c["config"]): c for c in crow}
@@ -80,7 +83,7 @@ def constructed_tables(out: Path, axis: bool = True) -> None:
         base = by[(c["workload"], BASE)]
         row = dict.fromkeys((n for n, _ in tables.SPEEDUP_COLUMNS), None)
         row |= {k: c[k] for k in ("run", "model", "model_params_b", "workload", "config", "method", "concurrency")}
-        row |= {"baseline": BASE, "n": 3, "n_baseline": 3, "status": "ok"}
+        row |= {"baseline": BASE, "n": 3, "n_baseline": base["n"], "status": "ok"}
         row |= tables.compare_cells(c, base, series[(c["workload"], c["config"])], series[(c["workload"], BASE)])
         sp.append(row)
     meta = {"specsweep.run": RUN, "specsweep.repeats": "3", "specsweep.baseline": BASE}
@@ -117,6 +120,16 @@ def test_figure_9_renders_byte_identical(conc_tables, tmp_path):
         "@b" not in c["workload"] for s in m1["figures"] if s != CONCURRENCY_FIGURE for c in m1["figures"][s]["cells"]
     )
     assert "n = 3 repeats per cell" in (tmp_path / "a" / f"{CONCURRENCY_FIGURE}.svg").read_text()
+
+
+@pytest.mark.slow
+def test_figure_9_labels_the_points_measured_with_fewer_repeats(tmp_path):
+    constructed_tables(tmp_path / "t", fewer="code@b16")
+    _render(tmp_path / "t", tmp_path / "f")
+    svg = (tmp_path / "f" / f"{CONCURRENCY_FIGURE}.svg").read_text()
+    # one label per panel at b = 16: the baseline's TPOT point, and the speedups that pair with it (n = the fewer)
+    assert svg.count("n=2") == 2
+    assert "n = 2–3 repeats per cell (3 planned; 1 cell with fewer, labelled n=…)" in svg
 
 
 def test_figure_9_marks_the_crossovers_of_the_tables(conc_tables):

@@ -1224,6 +1224,19 @@ def _b_axis(ax: Axes, bs: Sequence[int]) -> None:
     ax.grid(True, axis="both", which="major")
 
 
+def _fewer(labels: dict[float, tuple[float, set[int]]], x: float, y: float, n: int) -> None:
+    """Note a point at ``x`` measured with fewer repeats than planned: one ``n=…`` label per x, above the
+    highest such point there (drawn by :func:`_n_labels`)."""
+    top, ns = labels.get(x, (y, set()))
+    labels[x] = (max(top, y), ns | {n})
+
+
+def _n_labels(ax: Axes, labels: dict[float, tuple[float, set[int]]]) -> None:
+    for x, (y, ns) in sorted(labels.items()):
+        text = "n=" + "/".join(str(n) for n in sorted(ns))
+        ax.annotate(text, (x, y), xytext=(0, 4), textcoords="offset points", fontsize=7, ha="center")
+
+
 def _fig9_concurrency(ctx: _Ctx) -> _Needs:
     data = ctx.data.concurrency()
     curves = concurrency_curves(data)
@@ -1258,6 +1271,8 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
         for i, model in enumerate(models):
             ax, bx = axes[2 * i], axes[2 * i + 1]
             ax.axhline(1.0, color="black", linewidth=0.8)
+            labels_a: dict[float, tuple[float, set[int]]] = {}
+            labels_b: dict[float, tuple[float, set[int]]] = {}
             for w in workloads:
                 style = styles[workloads.index(w) % len(styles)]
                 for cfg in steps:
@@ -1267,6 +1282,10 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
                     if tpot:
                         bx.plot(*zip(*tpot, strict=True), style, color=colour, marker="o", markersize=3.5,
                                 label=f"{cfg} · {w}")  # fmt: skip
+                        fewer = {b: data.n(c) for b, c in pts if 0 < data.n(c) < data.repeats}
+                        for b, t in tpot:
+                            if b in fewer:
+                                _fewer(labels_b, b, t, fewer[b])
                     if cfg == data.baseline:
                         continue
                     sp = [(b, v) for b, c in pts if (v := data.spd(c, "speedup")) is not None]
@@ -1276,6 +1295,8 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
                             markersize=3.5, label=f"{cfg} · {w}")  # fmt: skip
                     for b, v in sp:
                         _whisker(ax, b, v, color=colour)
+                        if 0 < v.n < data.repeats:  # the fewer of the drafter's and the baseline's repeats
+                            _fewer(labels_a, b, v.top, v.n)
                     x = cross.get((model, w, cfg))
                     if x is None or not str(x["note"]).startswith("crosses"):
                         continue
@@ -1283,6 +1304,8 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
                     span = [lo if lo is not None else star, hi if hi is not None else star]
                     ax.plot(span, [1.0, 1.0], "-", color=colour, linewidth=4, alpha=0.35, solid_capstyle="butt")
                     ax.plot([star], [1.0], "X", color=colour, markersize=8, markeredgecolor="black", zorder=5)
+            _n_labels(ax, labels_a)
+            _n_labels(bx, labels_b)
             for a in (ax, bx):
                 _b_axis(a, bs)
             ax.set_ylabel(f"speedup over {data.baseline} (same b)")
