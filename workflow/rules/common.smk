@@ -177,14 +177,13 @@ def workload_file(wildcards) -> str:
 
 
 def run_workload_files(wildcards) -> list[str]:
-    """Every workload file of the run, an input of every cell: no cell starts before all are made. Priorities
-    alone do not hold that (a cell whose workload file is made is run by a free core while another workload is
-    still being made), and with several lanes the first cells started together must be the lane schedule's,
-    of different engines, not two of one engine because their workload happened to be made first.
+    """Every workload file of the run (RUN_WORKLOAD_FILES), an input of every cell: no cell starts before all
+    are made. Priorities alone do not hold that (a cell whose workload file is made is run by a free core while
+    another workload is still being made), and with several lanes the first cells started together must be the
+    lane schedule's, of different engines, not two of one engine because their workload happened to be made
+    first.
     """
-    return sorted(
-        {workload_file(SimpleNamespace(workload=c.base_workload)) for c in STUDY.cells}
-    )
+    return RUN_WORKLOAD_FILES
 
 
 # The report() function; a line that starts with `report` would be parsed as the directive.
@@ -269,9 +268,8 @@ def model_dir(wildcards) -> list[str]:
 
 def prepare_paths() -> list[str]:
     """The workload files and model folders of every cell (`snakemake prepare`)."""
-    workloads = sorted({c.base_workload for c in STUDY.cells})
     models = sorted({c.model for c in STUDY.cells})
-    return [workload_file(SimpleNamespace(workload=w)) for w in workloads] + [
+    return RUN_WORKLOAD_FILES + [
         d for m in models for d in model_dir(SimpleNamespace(model=m))
     ]
 
@@ -297,6 +295,11 @@ def cell_settings_hash(wildcards) -> str:
 
 
 WORKLOAD_HASH = {name: STUDY.workload_hash(name) for name in STUDY.workloads}
+# The workload file of every cell's workload, once (each cell takes them all as inputs: run_workload_files).
+RUN_WORKLOAD_FILES = [
+    workload_file(SimpleNamespace(workload=w))
+    for w in sorted({c.base_workload for c in STUDY.cells})
+]
 # The cells of one engine (the config's engine_per_repeat) form one Snakemake group. A local run ignores groups;
 # on a cluster, the SLURM profile's group-components puts a group's cells into one job, and its `engine`
 # resource (scoped local, one per job) runs them there one after the other, so the engine starts once per job
