@@ -13,12 +13,13 @@
 #
 # --start/--wait is for machines whose calls have a time limit but which keep running what a call left in a
 # session of its own while they stay held: one Snakemake run then spans many calls, so no engine start is cut
-# short at a call's limit and Snakemake starts once. A started run works in a copy of the working tree of its own
-# ($SPECSWEEP_DETACHED_DIR/RUN/tree, made by --start; --wait and --stop work there too), so that a machine which
-# mirrors the sending side's tree into the checkout before each call cannot delete the cells it writes between
-# calls; a later --start of the same RUN keeps the cells, logs and benchmarks the last one made there. Environment: SPECSWEEP_SITE_ENV (the file that puts vLLM
-# on PYTHONPATH, default /tmp/site/env.sh), SPECSWEEP_DETACHED_DIR (where a started run keeps its pid, log and
-# exit status, default /tmp/specsweep-detached), SPECSWEEP_RESUME (below), OUT (where results.tar.gz goes).
+# short at a call's limit and Snakemake starts once. A started run works in a copy of the working tree of its
+# own ($SPECSWEEP_DETACHED_DIR/RUN/tree, made by --start; --wait and --stop work there too), so that a machine
+# which mirrors the sending side's tree into the checkout before each call cannot delete the cells it writes
+# between calls; a later --start of the same RUN keeps the cells, logs and benchmarks the last one made there.
+# Environment: SPECSWEEP_SITE_ENV (the file that puts vLLM on PYTHONPATH, default /tmp/site/env.sh),
+# SPECSWEEP_DETACHED_DIR (where a started run keeps its pid, log and exit status, default
+# /tmp/specsweep-detached), SPECSWEEP_RESUME (below), OUT (where results.tar.gz goes).
 set -uo pipefail
 mode=run
 case ${1:-} in
@@ -40,28 +41,7 @@ site_env=${SPECSWEEP_SITE_ENV:-/tmp/site/env.sh}
 . "$site_env" || { echo "cannot read $site_env (SPECSWEEP_SITE_ENV): is vLLM installed?"; exit 1; }
 export SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
 
-case $mode in
-  start)
-    if [ -f "$state/pid" ] && [ ! -f "$state/rc" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then
-      echo "a started run of $run is still running (pid $(cat "$state/pid")): --wait for it or --stop it first"
-      exit 1
-    fi
-    # the run's own copy of the working tree; what the last started run of RUN made there is kept (files the
-    # sent tree has win)
-    rm -rf "$state.kept" && { [ ! -d "$tree" ] || mv "$tree" "$state.kept"; }
-    rm -rf "$state" && mkdir -p "$tree" || exit 1
-    tar -cf - --exclude=./.git --exclude=./.device --exclude=./.venv . | tar -xf - -C "$tree" || { echo "cannot copy the tree to $tree"; exit 1; }
-    if [ -d "$state.kept" ]; then
-      (cd "$state.kept" && tar -cf - --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" 2>/dev/null) |
-        tar -xf - -C "$tree" --skip-old-files
-      rm -rf "$state.kept"
-      echo "kept from the last started run of $run: $(find "$tree/results/$run/cells" -name 'r*.json' 2>/dev/null | wc -l) cells in all"
-    fi
-    cd "$tree" || exit 1 ;;
-  wait | stop) [ ! -d "$tree" ] || cd "$tree" || exit 1 ;;
-esac
-export PYTHONPATH=$PWD/workflow:${PYTHONPATH:-}
-
+# the functions below work in the current folder: the checkout, or a started run's own tree
 pack() {
   if [ -n "${OUT:-}" ]; then
     tar czf "$OUT/results.tar.gz" --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" "figures/$run" \
@@ -97,6 +77,30 @@ report() {
   echo "still running (pid $(cat "$state/pid")): call --wait again while the machine is held"
   exit 0
 }
+
+case $mode in
+  start)
+    if [ -f "$state/pid" ] && [ ! -f "$state/rc" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then
+      echo "a started run of $run is still running (pid $(cat "$state/pid")): --wait for it or --stop it first"
+      exit 1
+    fi
+    # the run's own copy of the working tree; what the last started run of RUN made there is kept (files the
+    # sent tree has win)
+    kept=
+    rm -rf "$state.kept" && { [ ! -d "$tree" ] || { mv "$tree" "$state.kept" && kept=1; }; }
+    rm -rf "$state" && mkdir -p "$tree" || exit 1
+    tar -cf - --exclude=./.git --exclude=./.device --exclude=./.venv . | tar -xf - -C "$tree" ||
+      { echo "cannot copy the tree to $tree"; exit 1; }
+    if [ -n "$kept" ]; then
+      (cd "$state.kept" && tar -cf - --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" 2>/dev/null) |
+        tar -xf - -C "$tree" --skip-old-files
+      rm -rf "$state.kept"
+    fi
+    cd "$tree" || exit 1
+    [ -z "$kept" ] || echo "kept from the last started run of $run: $(cells) cells in all" ;;
+  wait | stop) [ ! -d "$tree" ] || cd "$tree" || exit 1 ;;
+esac
+export PYTHONPATH=$PWD/workflow:${PYTHONPATH:-}
 
 case $mode in
   wait)
