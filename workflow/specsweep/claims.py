@@ -73,8 +73,11 @@ R_MIN_PARAMS_B = 32.0
 #: C6: a random-weight cell with K at most this measures R0 (all drafts rejected, or none made).
 R0_MAX_K = 1.05
 #: The CPU entry: a run's repeats agree when the between-start CV of tok/s, pooled over its cells, is at most
-#: this (its whole 95 % interval at most this: confirmed; wholly above it: refuted).
-CPU_CV_MAX = 0.10
+#: this (its whole 95 % interval at most this: confirmed; wholly above it: refuted). A tolerance for a shared CPU
+#: host, not a measured constant: engine starts there spread 5-8 % (docs/design.md), and at the demo's 18 degrees
+#: of freedom the interval's upper end is 1.48 times the estimate, so a 10 % line left a typical run undecided
+#: about one time in three; starts 30 % apart still refute.
+CPU_CV_MAX = 0.15
 RANDOM_WEIGHTS = "random weights (`weights: dummy`): say nothing about acceptance, K or a usable speedup"
 #: The verdict rule of the tables, quoted in claims.md.
 VERDICT_RULE: str = stats.VERDICT_RULE
