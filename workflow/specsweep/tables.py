@@ -1013,8 +1013,14 @@ def read_parquet(tables_dir: Path, name: str) -> pa.Table:
     """A Parquet table of a tables set (checked_bytes), or a one-line error naming the file."""
     path = Path(tables_dir) / name
     data = checked_bytes(tables_dir, name)
+    # parsed from a copy Arrow owns, not from the Python bytes: the read's worker threads drop their last
+    # reference to its source after read_table returns, and dropping a Python object takes the GIL; a worker
+    # doing that while the interpreter exits (an error just after a read) is ended by pthread_exit inside a C++
+    # destructor, and the process aborts ("terminate called without an active exception", status 134)
+    sink = pa.BufferOutputStream()
+    sink.write(data)
     try:
-        return pq.read_table(pa.BufferReader(data))
+        return pq.read_table(pa.BufferReader(sink.getvalue()))
     except (pa.ArrowException, OSError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         raise SpecsweepError(f"tables {path}: not a readable Parquet file ({type(exc).__name__}: {first})") from None
