@@ -8,7 +8,7 @@ rule measure:
         # (and the model folder) before measuring; a changed setting is the params trigger's and the tables'
         workload=ancient(workload_file),
         model=ancient(model_dir),
-        run_workloads=ancient(run_workload_files),
+        run_workloads=ancient(RUN_WORKLOAD_FILES),
     output:
         paths.MEASUREMENT,
     log:

@@ -176,16 +176,6 @@ def workload_file(wildcards) -> str:
     return str(paths.workload_file(RUN, name, WORKLOAD_HASH[name]))
 
 
-def run_workload_files(wildcards) -> list[str]:
-    """Every workload file of the run (RUN_WORKLOAD_FILES), an input of every cell: no cell starts before all
-    are made. Priorities alone do not hold that (a cell whose workload file is made is run by a free core while
-    another workload is still being made), and with several lanes the first cells started together must be the
-    lane schedule's, of different engines, not two of one engine because their workload happened to be made
-    first.
-    """
-    return RUN_WORKLOAD_FILES
-
-
 # The report() function; a line that starts with `report` would be parsed as the directive.
 in_report = report
 
@@ -295,7 +285,10 @@ def cell_settings_hash(wildcards) -> str:
 
 
 WORKLOAD_HASH = {name: STUDY.workload_hash(name) for name in STUDY.workloads}
-# The workload file of every cell's workload, once (each cell takes them all as inputs: run_workload_files).
+# The workload file of every cell's workload, once. Every cell takes them all as inputs, so no cell starts before
+# all are made: priorities alone do not hold that (a cell whose workload file is made is run by a free core while
+# another workload is still being made), and with several lanes the first cells started together must be the lane
+# schedule's, of different engines, not two of one engine because their workload happened to be made first.
 RUN_WORKLOAD_FILES = [
     workload_file(SimpleNamespace(workload=w))
     for w in sorted({c.base_workload for c in STUDY.cells})
