@@ -187,6 +187,13 @@ def test_k_predictions_known_answer():
     assert (p["p1_lo"], p["p1_hi"]) == (lo, hi) and lo < 0.6 < hi
     assert p["K_linear_lo"] == pytest.approx(1 + lo * 4) and p["K_linear_hi"] == pytest.approx(1 + hi * 4)
     assert claims.k_predictions({"drafts": 0, "draft_tokens": 0, "accepted_per_pos": [], "K_median": None}) is None
+    # past the last position where anything was accepted the counters say nothing (vLLM's suffix drafter
+    # never drafts past 12 tokens at its defaults, num_speculative_tokens 32): None, not a conditional 0
+    capped = claims.k_predictions({"drafts": 10, "draft_tokens": 40, "accepted_per_pos": [6, 3, 0, 0], "K_median": 1.9})
+    assert capped["conditional_acceptance"][:2] == pytest.approx([0.6, 0.5])
+    assert capped["conditional_acceptance"][2:] == [None, None]
+    assert stats.continuation(10, [6, 3, 0, 0]) == [(1, 6.0, 10.0), (2, 3.0, 6.0)]
+    assert stats.continuation(10, [0, 0]) == []
 
 
 def test_c4_reads_the_measured_utilisation():

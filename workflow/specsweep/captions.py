@@ -218,7 +218,8 @@ def _fig7(data: Tables, m: str) -> str:
         f"length g: linear 1 + p1·g, Leviathan (1 − p1^(g+1)) / (1 − p1). Mean absolute error over "
         f"{len(preds)} cells: linear {lin:.2f}, Leviathan {lev:.2f}; per step: "
         + "; ".join(per)
-        + f". Right: conditional acceptance per draft position for {_e(m)}."
+        + f". Right: conditional acceptance per draft position for {_e(m)} (accepted at i over accepted at "
+        "i − 1; each curve ends at the last position where any token was accepted)."
     )
 
 

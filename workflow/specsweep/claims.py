@@ -209,7 +209,9 @@ def k_predictions(c: dict[str, Any]) -> dict[str, Any] | None:
     g = dtok / drafts
     p1_lo, p1_hi = stats.wilson(pos[0], drafts)
     lin, lev = _linear(p1, g), _leviathan(p1, g)
-    cond = [pos[i] / pos[i - 1] if i and pos[i - 1] else (pos[0] / drafts if i == 0 else None) for i in range(len(pos))]
+    cond: list[float | None] = [None] * len(pos)
+    for i, k, n in stats.continuation(drafts, pos):
+        cond[i - 1] = k / n
     return {
         "K": c["K_median"],
         "K_lo": c.get("K_lo"),

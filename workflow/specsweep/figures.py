@@ -996,14 +996,13 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
                 row = data.row(cell)
                 if row is None or not row.get("drafts") or not row.get("accepted_per_pos"):
                     continue
-                counts = [float(row["drafts"]), *map(float, row["accepted_per_pos"])]
                 pos, val, lo, hi = [], [], [], []
-                for i in range(1, len(counts)):
-                    if counts[i - 1] < MIN_REACHED:
+                for i, acc, reached in stats.continuation(row["drafts"], row["accepted_per_pos"]):
+                    if reached < MIN_REACHED:
                         break
                     pos.append(i)
-                    val.append(counts[i] / counts[i - 1])
-                    a, b = stats.wilson(counts[i], counts[i - 1])
+                    val.append(acc / reached)
+                    a, b = stats.wilson(acc, reached)
                     lo.append(a)
                     hi.append(b)
                 if not pos:
@@ -1041,8 +1040,9 @@ def _fig7_k_predicted(ctx: _Ctx) -> _Needs:
         needs.notes.append(
             "a) every speculative cell of the run; p1 = accepted at position 1 / drafts, "
             "g = draft tokens / drafts (claims.k_predictions). b) accepted at i / accepted at "
-            "i-1, counts summed over repeats; Wilson interval treats positions as independent "
-            "trials"
+            "i-1, counts summed over repeats (a draft shorter than i counts as not accepted at i); "
+            "a curve ends at the last position where any token was accepted (stats.continuation); "
+            "Wilson interval treats positions as independent trials"
         )
     return needs
 

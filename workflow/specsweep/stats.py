@@ -428,6 +428,20 @@ def geomean(values: Sequence[float | None]) -> float | None:
     return float(math.exp(np.log(arr).mean())) if arr.size else None
 
 
+def continuation(drafts: float, accepted_per_pos: Sequence[float]) -> list[tuple[int, float, float]]:
+    """The conditional acceptance per draft position from vLLM's counters: (i, accepted at i, accepted at
+    i - 1), position 1's denominator the drafts, so accepted at i / accepted at i - 1 is the chance that an
+    accepted run goes on to position i. A draft shorter than i counts as not accepted at i (the counters hold no
+    drafts per position), so this is the continuation K is built from, not the verifier's acceptance of drafted
+    tokens. It ends at the last position where any token was accepted: past it, "no draft was that long" and
+    "every draft that long was rejected there" cannot be told apart (vLLM's suffix drafter never drafts more
+    than max_spec_factor x the prefix match, and the two together are at most its tree depth: 12 tokens at the
+    defaults, whatever num_speculative_tokens says)."""
+    counts = [float(drafts), *map(float, accepted_per_pos)]
+    last = max((i for i in range(1, len(counts)) if counts[i] > 0), default=0)
+    return [(i, counts[i], counts[i - 1]) for i in range(1, last + 1) if counts[i - 1] > 0]
+
+
 def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
     """Wilson score 95 % interval of a proportion k / n."""
     p = k / n
