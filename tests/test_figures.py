@@ -350,3 +350,10 @@ def test_a_run_measured_only_at_concurrencies_plans_figure_9_alone():
     both = build_study(cfg)
     assert {"fig1_headline", "fig2_r_vs_k_code", "fig9_concurrency"} <= set(planned_figures(both))
     assert "fig3_sonnet_ladder" in left_out_by_config(both)  # no sonnet: as before
+    # repeats: 1 (a cheap run): figure 8 draws no R from a single repeat, so it is not planned (the render
+    # would leave it out and the workflow wait for it in vain), unless other runs' R is drawn beside
+    assert "fig8_r_at_scale" in planned_figures(both)
+    one = build_study({**cfg, "repeats": 1})
+    assert left_out_by_config(one)["fig8_r_at_scale"] == "R only from single repeats (the run has repeats: 1)"
+    assert "fig8_r_at_scale" not in planned_figures(one)
+    assert "fig8_r_at_scale" in planned_figures(build_study({**cfg, "repeats": 1, "r_at_scale_runs": ["h200-shapes"]}))

@@ -394,6 +394,9 @@ def left_out_by_config(study: Any) -> dict[str, str]:
         out.setdefault("fig4_k_alpha", f"none of the workloads {', '.join(K_ALPHA_WORKLOADS)} for the headline model")
     if not any(st.method in SPEC_METHODS for st in study.ladder.values()):
         out.setdefault("fig8_r_at_scale", f"no ladder step with method {' or '.join(SPEC_METHODS)}")
+    if int(study.raw.get("repeats") or 1) < 2 and not study.raw.get("r_at_scale_runs"):
+        # figure 8 draws no R from a single repeat, and a run of repeats: 1 has no other
+        out.setdefault("fig8_r_at_scale", "R only from single repeats (the run has repeats: 1)")
     return {stem: out[stem] for stem in FIGURES if stem in out}
 
 
