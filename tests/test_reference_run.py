@@ -42,7 +42,7 @@ RUNS = {
     # chat at b = 1 and 256 with 2-3; chat's other b and the cells of all prompts at once not measured
     "h200-smollm2-concurrency": ("config/h200-smollm2-concurrency.yaml", 54),
     # the reference run with the real SmolLM2, every repeat its own engine start: code's ladder and controls
-    # (6 cells x 3 engine starts, one boot); the other five workloads not measured yet
+    # (6 cells x 3 engine starts, one boot) and chat's ladder (4 x 3, another boot); four workloads not measured yet
     "h200-reference": ("config/h200-reference.yaml", 26),
 }
 
