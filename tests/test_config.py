@@ -69,6 +69,21 @@ BAD = [
     ),
     ("ladder.ngram.speculative.prompt_lookup_min", 6, "prompt_lookup_min (6) > prompt_lookup_max (5)"),
     ("ladder.suffix.speculative.method", "medusa", "ladder.suffix.speculative.method: unknown method 'medusa'"),
+    (
+        "ladder.ngram.speculative.suffix_decoding_max_tree_depth",
+        64,
+        "ladder.ngram.speculative.suffix_decoding_max_tree_depth: suffix_decoding_* apply to method suffix only",
+    ),
+    (
+        "ladder.suffix.speculative.suffix_decoding_max_tree_depth",
+        0,
+        "ladder.suffix.speculative.suffix_decoding_max_tree_depth: must be in [1, 4096], got 0",
+    ),
+    (
+        "ladder.suffix.speculative.suffix_decoding_min_token_prob",
+        1.5,
+        "ladder.suffix.speculative.suffix_decoding_min_token_prob: must be in [0, 1], got 1.5",
+    ),
     ("workloads.code.num_prompts", -4, "workloads.code.num_prompts: must be in [1, 100000], got -4"),
     ("workloads.sonnet.max_tokens", 0, "workloads.sonnet.max_tokens: must be in [1, 1048576], got 0"),
     (

@@ -271,6 +271,41 @@ def test_model_quantization_reaches_vllm_and_spares_earlier_cells():
         build_study(cfg)
 
 
+def test_suffix_drafter_settings_reach_vllm_and_the_replay():
+    """A ladder step's suffix_decoding_* keys (vLLM's defaults cap a suffix draft at 12 tokens) go to
+    LLM(speculative_config=...) as they are, are fields of the installed vLLM's SpeculativeConfig, change the
+    cell's settings (so the step is another engine) and are what the replay of its cells drafts with."""
+    import dataclasses
+
+    from vllm.config import SpeculativeConfig
+
+    from specsweep.engine import engine_identity, engine_key, engine_kwargs
+    from specsweep.replay import Drafter
+
+    cfg = yaml.safe_load((ROOT / "config/h200-reference.yaml").read_text())
+    deep = {"suffix_decoding_max_tree_depth": 64, "suffix_decoding_max_spec_factor": 2.0}
+    cfg["ladder"]["suffix-deep"] = {
+        **cfg["ladder"]["suffix"],
+        "speculative": {**cfg["ladder"]["suffix"]["speculative"], **deep},
+    }
+    cfg["groups"]["controls"]["steps"].append("suffix-deep")
+    study = build_study(cfg)
+    c, base = (
+        study.cell("smollm2-135m-instruct", "code", "suffix-deep"),
+        study.cell("smollm2-135m-instruct", "code", "suffix"),
+    )
+    kw = engine_kwargs(study, c, "/m")["speculative_config"]
+    assert kw == {"method": "suffix", "num_speculative_tokens": 32, **deep}
+    assert set(deep) <= {f.name for f in dataclasses.fields(SpeculativeConfig)}
+    assert engine_key(engine_identity(study, c, "/m", 1)) != engine_key(engine_identity(study, base, "/m", 1))
+    d = Drafter.from_speculative(study.cell_settings(c)["ladder"]["speculative"])
+    assert (d.suffix_decoding_max_tree_depth, d.suffix_decoding_max_spec_factor) == (64, 2.0)
+    assert (
+        Drafter.from_speculative(study.cell_settings(base)["ladder"]["speculative"]).suffix_decoding_max_tree_depth
+        == 24
+    )
+
+
 def test_code_hash_names_the_code_not_the_checkout(tmp_path):
     """provenance.code_state hashes the pipeline's files by path and content: a copy of the tree gives the same
     hash (no .git needed), an edit to one rule or module another, and `specsweep code-hash` prints it."""

@@ -584,6 +584,11 @@ def _check_ladder(study: Study, source: str) -> None:
                 )
             if spec["method"] != "ngram" and (lo is not None or hi is not None):
                 raise SpecsweepError(f"{source}: {key}.speculative: prompt_lookup_* apply to method ngram only")
+            suffix_keys = sorted(k for k in spec if k.startswith("suffix_decoding_"))
+            if spec["method"] != "suffix" and suffix_keys:
+                raise SpecsweepError(
+                    f"{source}: {key}.speculative.{suffix_keys[0]}: suffix_decoding_* apply to method suffix only"
+                )
         if step.get("env") is not None:
             check_env(step["env"], f"{source}: {key}.env")
         study.ladder[name] = LadderStep(
