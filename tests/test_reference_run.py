@@ -44,6 +44,9 @@ RUNS = {
     # the reference run with the real SmolLM2, every repeat its own engine start: code's ladder and controls
     # (6 cells x 3 engine starts, one boot) and chat's ladder (4 x 3, another boot); four workloads not measured yet
     "h200-reference": ("config/h200-reference.yaml", 26),
+    # suffix's draft limit: vanilla and suffix-deep (tree depth 64) on chat and code, round 1 of 3 only (one engine
+    # start each, one boot); the default suffix step not measured yet
+    "h200-suffix-depth": ("config/h200-suffix-depth.yaml", 6),
 }
 
 
