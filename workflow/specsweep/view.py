@@ -363,7 +363,8 @@ def load_r_runs(raw: dict[str, Any], tables_dir: Path) -> list[Tables]:
 def left_out_by_config(study: Any) -> dict[str, str]:
     """The figures a run leaves out whatever its cells say, with the reason, from its config (a
     :class:`specsweep.config.Study`): those about acceptance, K or speedup when the models they draw have random
-    weights, and those whose workload or ladder step the config lacks. In FIGURES order."""
+    weights, those whose workload or ladder step the config lacks, and figure 8 when all its R would come from
+    single repeats. In FIGURES order."""
     dummy = dummy_models(study)
     headline = study.raw["headline_model"]
     # figures 1-8 draw the cells of all prompts at once (the article's point), never those at a concurrency b
@@ -394,8 +395,8 @@ def left_out_by_config(study: Any) -> dict[str, str]:
         out.setdefault("fig4_k_alpha", f"none of the workloads {', '.join(K_ALPHA_WORKLOADS)} for the headline model")
     if not any(st.method in SPEC_METHODS for st in study.ladder.values()):
         out.setdefault("fig8_r_at_scale", f"no ladder step with method {' or '.join(SPEC_METHODS)}")
-    if int(study.raw.get("repeats") or 1) < 2 and not study.raw.get("r_at_scale_runs"):
-        # figure 8 draws no R from a single repeat, and a run of repeats: 1 has no other
+    if study.repeats < 2 and not study.raw.get("r_at_scale_runs"):
+        # figure 8 draws no R from a single repeat, and this run's R can come from nothing else
         out.setdefault("fig8_r_at_scale", "R only from single repeats (the run has repeats: 1)")
     return {stem: out[stem] for stem in FIGURES if stem in out}
 
