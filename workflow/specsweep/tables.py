@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from . import cells, crossover, paths, stats
+from . import cells, crossover, hostcpu, paths, stats
 from .config import Cell, Study
 from .errors import SpecsweepError
 from .jsonio import read_json, sha256_obj
@@ -763,6 +763,36 @@ def gpu_time(study: Study, rows: list[dict[str, Any]], docs: dict) -> dict[str, 
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in doc.items()}
 
 
+def host_cpu_line(docs: dict) -> str:
+    """One sentence on what else kept the engines' CPUs busy during the timed passes (each cell's `host_cpu`,
+    specsweep.hostcpu), naming every pass with at least CONTENDED_CORES of a core beside the engine; "" where
+    no cell has the block (cells written before it existed)."""
+    seen = sorted(
+        ((k, d["host_cpu"]) for k, d in docs.items() if isinstance(d.get("host_cpu"), dict)), key=lambda kv: kv[0]
+    )
+    if not seen:
+        return ""
+
+    def label(k: tuple) -> str:
+        model, workload, step, b, r = k
+        return f"{model}/{workload}{f'@b{b}' if b else ''}/{step} r{r}"
+
+    other = [h["other_cores"] for _, h in seen]
+    worst_k, worst = max(seen, key=lambda kv: (kv[1]["other_cores"], kv[0]))
+    hit = [(k, h) for k, h in seen if h["other_cores"] >= hostcpu.CONTENDED_CORES]
+    cpus = sorted({h["cpus"] for _, h in seen})
+    text = (
+        f"Host CPU during the timed passes (each cell's `host_cpu`): other processes kept a median of "
+        f"{statistics.median(other):.2f} and at most {worst['other_cores']:.2f} of the engine's "
+        f"{'/'.join(str(c) for c in cpus)} CPU(s) busy (largest: {label(worst_k)}); "
+        f"{len(hit)} of {len(seen)} passes had >= {hostcpu.CONTENDED_CORES:g} core beside the engine"
+    )
+    if hit:
+        text += ": " + ", ".join(f"{label(k)} ({h['other_cores']:.2f})" for k, h in hit[:8])
+        text += f" and {len(hit) - 8} more" if len(hit) > 8 else ""
+    return text + f"; the hypervisor stole at most {max(h['steal_cores'] for _, h in seen):.2f} core(s)."
+
+
 # ------------------------------------------------------------------------------------------ writing
 
 
@@ -813,6 +843,7 @@ def summary_markdown(
     sp: list[dict[str, Any]],
     gt: dict[str, Any],
     xrows: list[dict[str, Any]] | None = None,
+    host: str = "",
 ) -> str:
     """The run's summary. A run with a concurrency axis gets a `b` column (– for all prompts at once) and the
     crossovers; other runs' summaries are as they were before that axis existed."""
@@ -863,6 +894,8 @@ def summary_markdown(
         if gt.get("total_s")
         else "",
     ]
+    if host:
+        lines += ["", host]
     if xrows:
         lines += [
             "",
@@ -948,7 +981,7 @@ def build_tables(
         "speedup.parquet": _parquet_bytes(s_table),
         "crossover.parquet": _parquet_bytes(_table(xrows, CROSSOVER_COLUMNS, meta)),
         "cells.csv": csv_buf.getvalue(),
-        "summary.md": summary_markdown(study, crow, sp, gt, xrows).encode(),
+        "summary.md": summary_markdown(study, crow, sp, gt, xrows, host_cpu_line(docs)).encode(),
         "gpu_time.json": (json.dumps(gt, indent=2, sort_keys=True) + "\n").encode(),
         "claims.md": claims.markdown(study, decided).encode(),
         "claims.json": (json.dumps(decided, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
