@@ -59,8 +59,8 @@ shellcheck:
 lint: $(STAMP) shellcheck
 	$(BIN)/snakemake --lint --configfile config/smoke.yaml $(SNAKE_CONFIG)
 	$(BIN)/snakefmt --check Snakefile workflow/rules
-	$(BIN)/ruff check workflow/specsweep tests
-	$(BIN)/ruff format --check workflow/specsweep tests
+	$(BIN)/ruff check workflow/specsweep workflow/scripts tests
+	$(BIN)/ruff format --check workflow/specsweep workflow/scripts tests
 	$(BIN)/mypy workflow/specsweep
 	shellcheck workflow/scripts/*.sh offline-gpu/*.sh .ci/run
 
