@@ -32,16 +32,21 @@ def _measure(seconds: float = 1.5) -> dict:
     return s
 
 
+def _measure_beside_busy(new_session: bool) -> dict:
+    """_measure while a busy loop spins, in a session of its own or in this process's."""
+    p = _busy(new_session=new_session)
+    try:
+        return _measure()
+    finally:
+        p.kill()
+        p.wait()
+
+
 @linux
 def test_a_busy_process_of_another_session_counts_as_other():
     """A competitor outside the engine's session (what a stray process or another user's job is) shows as
     other_cores; this process only sleeps, so it adds nothing of its own."""
-    p = _busy(new_session=True)
-    try:
-        s = _measure()
-    finally:
-        p.kill()
-        p.wait()
+    s = _measure_beside_busy(new_session=True)
     assert s["other_cores"] >= 0.4, s  # one spinning core (shared with whatever else runs on a 2-core box)
     assert s["busy_cores"] >= s["other_cores"] and s["cpus"] == len(os.sched_getaffinity(0))
     assert s["wall_s"] == pytest.approx(1.5, abs=0.3)
@@ -50,12 +55,7 @@ def test_a_busy_process_of_another_session_counts_as_other():
 @linux
 def test_a_busy_child_of_the_engines_session_counts_as_its_own():
     """vLLM's engine-core and worker processes inherit the host's session: their CPU time is the engine's."""
-    p = _busy(new_session=False)
-    try:
-        s = _measure()
-    finally:
-        p.kill()
-        p.wait()
+    s = _measure_beside_busy(new_session=False)
     assert s["own_cores"] >= 0.4, s
 
 
