@@ -5,6 +5,8 @@ drafter's b* case, claims.md decides C9, and figure 9 renders, byte-identical tw
 
 from __future__ import annotations
 
+import re
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -53,7 +55,11 @@ def test_crossover_claim_and_readme_of_a_real_run(conc_run):
     assert "| C9 below b* the drafter pays, above it costs" in claims_md
     readme = (t / "readme.md").read_text()
     assert "Against vanilla at the same concurrency b" in readme and f"{MODEL}/code/ngram" in readme
-    assert "## Crossover" in (t / "summary.md").read_text()
+    summary = (t / "summary.md").read_text()
+    assert "## Crossover" in summary
+    # the host CPU sentence names a pass by its cell's own name (`code@b4`, never `code@b4@b4`)
+    (host,) = [line for line in summary.splitlines() if line.startswith("Host CPU during the timed passes")]
+    assert re.search(rf"\(largest: {MODEL}/code(@b(?:{'|'.join(map(str, BS))}))?/(vanilla|ngram) r[12]\)", host), host
 
 
 def test_figure_9_of_a_real_run_renders_byte_identical(conc_run, tmp_path):

@@ -93,8 +93,8 @@ def _doc(other: float, steal: float = 0.0) -> dict:
 
 def test_host_cpu_line_names_contended_passes():
     docs = {
-        ("m", "chat", "ngram", 1, 1): _doc(0.02),
-        ("m", "chat", "ngram", 1, 2): _doc(0.97),
+        ("m", "chat@b1", "ngram", 1, 1): _doc(0.02),
+        ("m", "chat@b1", "ngram", 1, 2): _doc(0.97),
         ("m", "code", "vanilla", 0, 1): _doc(0.01, steal=0.1),
         ("m", "code", "vanilla", 0, 2): {"host_cpu": None},
     }

@@ -774,8 +774,8 @@ def host_cpu_line(docs: dict) -> str:
         return ""
 
     def label(k: tuple) -> str:
-        model, workload, step, b, r = k
-        return f"{model}/{workload}{f'@b{b}' if b else ''}/{step} r{r}"
+        model, workload, step, _, r = k  # a cell at concurrency b is named `code@b8` already
+        return f"{model}/{workload}/{step} r{r}"
 
     other = [h["other_cores"] for _, h in seen]
     worst_k, worst = max(seen, key=lambda kv: (kv[1]["other_cores"], kv[0]))
