@@ -56,6 +56,13 @@ def test_pays_at_every_measured_b():
     assert c.b_star is None and c.b_star_hi is None and c.b_star_lo == 64.0
 
 
+def test_one_concurrency_names_its_b_alone():
+    """The CPU demo measures b = 1 only: the note names that b, not a range of one."""
+    c = crossover(_curve([1], [1.5]))
+    assert c.note == "pays at every measured b (b = 1, one concurrency): b* above 1"
+    assert "concurrencies" in crossover(_curve([1, 8, 64], [3.0, 2.0, 1.3])).note
+
+
 def test_costs_at_every_measured_b():
     c = crossover(_curve([1, 8, 64], [0.7, 0.6, 0.5]))
     assert c.note.startswith("costs at every measured b")

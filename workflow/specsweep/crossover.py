@@ -105,7 +105,7 @@ def crossover(points: Iterable[Point]) -> Crossover:
     xs = [math.log(p.b) for p in pts]
     sp = [p.speedup for p in pts]
     verdicts = [p.verdict for p in pts]
-    span = f"b = {bs[0]}–{bs[-1]}, {len(bs)} concurrencies"
+    span = f"b = {bs[0]}, one concurrency" if len(bs) == 1 else f"b = {bs[0]}–{bs[-1]}, {len(bs)} concurrencies"
     if all(v.startswith("faster") for v in verdicts):
         return Crossover(None, float(bs[-1]), None, n, f"pays at every measured b ({span}): b* above {bs[-1]}")
     if all(v.startswith("slower") for v in verdicts):
