@@ -84,7 +84,8 @@ VERDICT_RULE: str = stats.VERDICT_RULE
 
 RULES = {
     "C1": "confirmed when every speculative cell of a real-weight model <= 7B is `slower`; refuted when any is "
-    "`faster` or `equivalent`; else undecided",
+    "`faster` or `equivalent` with its interval at the family-wise level (1 - 0.05 / m over the m cells); else "
+    "undecided",
     "C2": "per model on code: confirmed when suffix's K interval lies above ngram's and the median ratio is "
     ">= 1.5; refuted when below; else undecided; all models must agree",
     "C3": "trident (PIECEWISE) over suffix-full (FULL) on chat, tok/s ratio with its interval: `faster` "
@@ -101,7 +102,7 @@ RULES = {
     "C7": "per model and method: confirmed when chat's K interval lies above sonnet's; refuted when below; "
     "else undecided; all must agree",
     "C8": "confirmed when every trident cell of a model >= 14B is `faster`; refuted when any is `slower` or "
-    "`equivalent`; else undecided",
+    "`equivalent` with its interval at the family-wise level (1 - 0.05 / m over the m cells); else undecided",
     "CPU": "confirmed when every planned measurement is ok and the 95 % interval of the between-start CV of "
     f"tok/s, pooled over all cells (chi-square on the pooled log variance), lies at or below {CPU_CV_MAX:.0%}; "
     "refuted when a measurement failed or is missing, or the interval lies wholly above it; else undecided",
@@ -155,8 +156,11 @@ def _speedup_claim(
     tech: bool,
     keep: Callable[[dict[str, Any]], bool],
     want: str,
+    starts: dict[tuple[Any, ...], list[float]] | None = None,
 ) -> dict[str, Any]:
-    """Every kept row's verdict must be `want` (confirmed); any opposite or `equivalent` refutes."""
+    """Every kept row's verdict must be `want` (confirmed: an intersection-union test, each interval at 95 %);
+    an opposite or `equivalent` verdict refutes only where it holds at the family-wise level (:func:`_family`),
+    recomputed from `starts` (stats.cell_series of tok/s: one value per engine start)."""
     found = [s for s in sp if s["status"] in ("ok", "partial") and s["speedup"] is not None and keep(s)]
     rows = [s for s in found if s["model"] not in dummy]
     if not rows:
@@ -168,7 +172,8 @@ def _speedup_claim(
     if all(v.startswith(want) for v in verdicts):
         verdict = "confirmed"
     elif any(v.startswith((other, "equivalent")) for v in verdicts):
-        verdict = "refuted"
+        verdict, note = _family(rows, other, starts or {})
+        ev = f"{ev}; {note}" if note else ev
     else:
         verdict = "undecided"
     if tech or any("technical replicates" in v for v in verdicts):
@@ -176,6 +181,32 @@ def _speedup_claim(
             ev = f"the verdicts alone would say {verdict}; {ev}"
         verdict = TECHNICAL
     return _claim(cid, verdict, ev, [_name(s) for s in rows])
+
+
+def _family(rows: list[dict[str, Any]], other: str, starts: dict[tuple[Any, ...], list[float]]) -> tuple[str, str]:
+    """A claim over m cells is refuted when any one of them is `other` or `equivalent`: m chances, so each of
+    those cells' intervals is taken again at the Bonferroni level 1 - 0.05 / m (stats.welch_log_ci on the
+    engine starts in `starts`, the row's own band) and refutes only if its verdict holds there. `refuted` or
+    `undecided`, and the sentence saying which cells held."""
+    m = len(rows)
+    level = 1.0 - (1.0 - stats.LEVEL) / m
+    if m == 1:
+        return "refuted", ""
+    held, lost = [], []
+    for s in rows:
+        if not str(s["verdict"]).startswith((other, "equivalent")):
+            continue
+        conc = s.get("concurrency")
+        num = starts.get((s["model"], s["workload"], s["config"], conc))
+        den = starts.get((s["model"], s["workload"], s.get("baseline"), conc))
+        lo, hi = stats.welch_log_ci(num, den, level) if num and den else (None, None)
+        v = stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND) if lo is not None else None
+        line = f"{_name(s)} " + (f"[{lo:.3f}, {hi:.3f}] {v}" if v else "no engine starts to recompute")
+        (held if v and v.startswith((other, "equivalent")) else lost).append(line)
+    head = f"family-wise ({m} cells, each interval at {100 * level:.2f} %)"
+    if held:
+        return "refuted", f"{head}: refuted by {'; '.join(held)}"
+    return "undecided", f"{head}: no cell refutes ({'; '.join(lost)})"
 
 
 def _above(a: dict[str, Any], b: dict[str, Any], m: str) -> str:
@@ -295,7 +326,8 @@ def decide(
     dummy = {m for m, spec in study.models.items() if spec.weights == "dummy"}
     tech = study.technical_replicates
     r_sp = [s for s in sp if s["method"] != "none"]
-    out.append(_speedup_claim("C1", r_sp, dummy, tech, lambda s: s["model_params_b"] <= 7.0, "slower"))
+    starts = stats.cell_series([r for r in rows if "_start" in r], "output_tok_s")
+    out.append(_speedup_claim("C1", r_sp, dummy, tech, lambda s: s["model_params_b"] <= 7.0, "slower", starts))
 
     all_cells = {(c["model"], c["workload"], c["config"]): c for c in crow if c["n"]}
     cells = {k: c for k, c in all_cells.items() if k[0] not in dummy}
@@ -401,6 +433,7 @@ def decide(
             tech,
             lambda s: s["model_params_b"] >= 14.0 and s["config"] in step_of("suffix", "PIECEWISE"),
             "faster",
+            starts,
         )
     )
     if study.device == "cpu":

@@ -279,9 +279,11 @@ def cell_ci(values: Sequence[float | None]) -> tuple[float | None, float | None]
 bootstrap_ci = cell_ci
 
 
-def welch_log_ci(num: Sequence[float | None], den: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """95 % Welch interval of the ratio of geometric means num / den (one value per engine start on each side,
-    all > 0); (None, None) when either side has n < 2 or a value <= 0."""
+def welch_log_ci(
+    num: Sequence[float | None], den: Sequence[float | None], level: float = LEVEL
+) -> tuple[float | None, float | None]:
+    """Welch interval (95 %, or `level`) of the ratio of geometric means num / den (one value per engine start on
+    each side, all > 0); (None, None) when either side has n < 2 or a value <= 0."""
     a, b = _clean(num), _clean(den)
     if a.size < 2 or b.size < 2 or not _log_scale(a) or not _log_scale(b):
         return None, None
@@ -292,7 +294,7 @@ def welch_log_ci(num: Sequence[float | None], den: Sequence[float | None]) -> tu
     if se2 == 0.0:
         return math.exp(diff), math.exp(diff)
     df = se2**2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
-    half = t_quantile(1 - (1 - LEVEL) / 2, round(df, 9)) * math.sqrt(se2)
+    half = t_quantile(1 - (1 - level) / 2, round(df, 9)) * math.sqrt(se2)
     return math.exp(diff - half), math.exp(diff + half)
 
 
