@@ -43,7 +43,8 @@ RUNS = {
     "h200-smollm2-concurrency": ("config/h200-smollm2-concurrency.yaml", 54),
     # the reference run with the real SmolLM2, every repeat its own engine start: code's ladder and controls
     # (6 cells x 3 engine starts, one boot), chat's ladder (4 x 3, another boot), sonnet's and mix-balanced's
-    # (2 x 4 x 3 on 12 engine starts, a third boot); mix-ch and mix-sh not measured yet
+    # (2 x 4 x 3 on 12 engine starts, a third boot), mix-ch's and mix-sh's rounds 1-2 (15 measurements on 8
+    # engine starts, a fourth boot); their round 3 and mix-sh/trident r2 not measured yet
     "h200-reference": ("config/h200-reference.yaml", 26),
     # suffix's draft limit: vanilla and suffix-deep (tree depth 64) on chat and code, round 1 of 3 only (one engine
     # start each, one boot); the default suffix step not measured yet
