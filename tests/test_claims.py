@@ -62,21 +62,13 @@ def _meas(model: str, workload: str, config: str, step_ms: list[float]) -> list[
     ]
 
 
-def _starts(model: str, config: str, tok_s: list[float], workload: str = "code") -> list[dict]:
-    """Measurement rows of one cell, each value its own engine start (as tables' rows: `_start`)."""
+def _runs(model: str, workload: str, config: str, values: list[float], metric: str = "output_tok_s") -> list[dict]:
+    """Measurement rows of one cell, each value its own engine start (as the tables' rows: `_start`)."""
     return [
-        {
-            "model": model,
-            "workload": workload,
-            "config": config,
-            "status": "ok",
-            "repeat": i + 1,
-            "output_tok_s": v,
-            "_start": f"{config}@{i}",
-            "concurrency": None,
-        }
-        for i, v in enumerate(tok_s)
-    ]
+        {"model": model, "workload": workload, "config": config, "concurrency": None, "status": "ok",
+         "repeat": i + 1, metric: v, "_start": f"{workload}-{config}-{i}"}
+        for i, v in enumerate(values)
+    ]  # fmt: skip
 
 
 def _by_id(decided: list[dict]) -> dict[str, dict]:
@@ -106,7 +98,9 @@ def test_c1_and_c8_follow_the_verdicts_by_prefix():
         _sp(0.5, "ngram", "ngram", "slower", 0.7),
         _sp(0.5, "suffix", "suffix", "equivalent", 1.0, baseline="vanilla"),
     ]
-    starts = _starts("m0.5", "suffix", [1000.0, 1002.0, 998.0, 1001.0]) + _starts("m0.5", "vanilla", [1000.0] * 4)
+    starts = _runs("m0.5", "code", "suffix", [1000.0, 1002.0, 998.0, 1001.0]) + _runs(
+        "m0.5", "code", "vanilla", [1000.0] * 4
+    )
     c1 = _by_id(claims.decide(study, [], equivalent, starts))["C1"]
     assert (
         c1["verdict"] == "refuted" and "family-wise (2 cells, each interval at 97.50 %): refuted by" in c1["evidence"]
@@ -133,7 +127,7 @@ def test_c1_refutes_only_at_the_family_wise_level():
     assert v == "equivalent"
     eq = _sp(0.135, "suffix", "suffix", v, p, speedup_lo=lo, speedup_hi=hi, band=band, baseline="vanilla")
     rest = [_sp(0.135, f"s{i}", "ngram", "undecided", 0.9, band=band, baseline="vanilla") for i in range(18)]
-    rows = _starts("m0.135", "suffix", a) + _starts("m0.135", "vanilla", b)
+    rows = _runs("m0.135", "code", "suffix", a) + _runs("m0.135", "code", "vanilla", b)
     c1 = _by_id(claims.decide(study, [], [eq, *rest], rows))["C1"]
     assert c1["verdict"] == "undecided", c1["evidence"]
     assert "family-wise (19 cells, each interval at 99.74 %): no cell refutes (m0.135/code/suffix [" in c1["evidence"]
@@ -142,7 +136,7 @@ def test_c1_refutes_only_at_the_family_wise_level():
     fa, fb = [1300.0, 1302.0, 1298.0, 1301.0, 1299.0], [1000.0, 1001.0, 999.0, 1000.5, 999.5]
     p, lo, hi = stats.ratio_ci(fa, fb)
     fast = _sp(0.135, "ngram", "ngram", stats.verdict(p, lo, hi, band=band), p, band=band, baseline="vanilla")
-    rows = _starts("m0.135", "ngram", fa) + _starts("m0.135", "vanilla", fb)
+    rows = _runs("m0.135", "code", "ngram", fa) + _runs("m0.135", "code", "vanilla", fb)
     assert _by_id(claims.decide(study, [], [fast, *rest], rows))["C1"]["verdict"] == "refuted"
 
 
@@ -174,10 +168,10 @@ def test_family_wise_refutation_keeps_its_error_rate():
                     baseline=f"v{i}",
                 )
             )
-            rows += _starts("m0.135", cfg, a) + _starts("m0.135", f"v{i}", b)
+            rows += _runs("m0.135", "code", cfg, a) + _runs("m0.135", "code", f"v{i}", b)
         raw += any(s["verdict"] == "equivalent" for s in sp)
-        starts = stats.cell_series(rows, "output_tok_s")
-        fw += claims._speedup_claim("C1", sp, set(), False, lambda s: True, "slower", starts)["verdict"] == "refuted"
+        fam = claims.Family(rows)
+        fw += claims._speedup_claim("C1", sp, set(), False, lambda s: True, "slower", fam)["verdict"] == "refuted"
     assert raw / sims > 0.12, f"uncorrected: {raw / sims:.3f}"
     assert fw / sims <= 0.05, f"family-wise: {fw / sims:.3f}"
 
@@ -204,7 +198,20 @@ def test_c6_decides_from_32b_and_up_only_and_r0_of_random_weights():
     assert c6["verdict"] == "confirmed", c6  # the 7B R far outside the band does not enter
     assert c6["cells"] == [f"{m}/code/ngram"] and "1 R of models < 32B not deciding" in c6["evidence"]
     outside = inside | {"workload": "chat", "R_decode": 1.6, "R_decode_lo": 1.5, "R_decode_hi": 1.7}
-    assert _by_id(claims.decide(study, [], [inside, outside], []))["C6"]["verdict"] == "refuted"
+    outside |= {"baseline": "vanilla"}
+    # one of two cells wholly outside: refuted where it stays outside at 97.5 % (engine starts to recompute from)
+    steps = _runs(m, "chat", "ngram", [16.0, 16.1, 15.9], "decode_step_time_ms")
+    steps += _runs(m, "chat", "vanilla", [10.0, 10.05, 9.95], "decode_step_time_ms")
+    c6 = _by_id(claims.decide(study, [], [inside, outside], steps))["C6"]
+    assert (
+        c6["verdict"] == "refuted" and "family-wise (2 cells, each interval at 97.50 %): refuted by" in c6["evidence"]
+    )
+    assert f"{m}/chat/ngram R [1.5" in c6["evidence"], c6["evidence"]
+    # two starts a side that happen to agree: outside at 95 %, not at 97.5 %
+    lucky = _runs(m, "chat", "ngram", [14.4, 14.5], "decode_step_time_ms")
+    lucky += _runs(m, "chat", "vanilla", [10.0, 10.5], "decode_step_time_ms")
+    c6 = _by_id(claims.decide(study, [], [inside, outside], lucky))["C6"]
+    assert c6["verdict"] == "undecided" and "no cell refutes" in c6["evidence"], c6["evidence"]
     straddles = inside | {"R_decode_lo": 1.2}
     assert _by_id(claims.decide(study, [], [straddles], []))["C6"]["verdict"] == "undecided"
     # random weights: R_full (drafts accepted, K > 1.05) is context, never a verdict; R0 decides
@@ -296,6 +303,21 @@ def test_c4_reads_the_measured_utilisation():
     c4 = _by_id(claims.decide(study, cells, [sp], []))["C4"]
     assert c4["verdict"] == "confirmed" and "vanilla 93.8–93.8 %" in c4["evidence"]
     assert _by_id(claims.decide(study, cells, [sp | {"verdict": "slower"}], []))["C4"]["verdict"] == "refuted"
+    # of two trident cells one is `slower` at 95 % from two engine starts a side; at 97.5 % it is not, and its
+    # utilisation stays below vanilla's: C4 undecided, not refuted
+    code = [
+        _cell(m, "code", "vanilla", gpu_util_mean_lo=90.0, gpu_util_mean_hi=94.0),
+        _cell(m, "code", "trident", gpu_util_mean_lo=70.0, gpu_util_mean_hi=75.0),
+    ]
+    a, b = [880.0, 894.0], [1000.0, 1005.0]
+    p, lo, hi = stats.ratio_ci(a, b)
+    assert stats.verdict(p, lo, hi) == "slower" and stats.welch_log_ci(a, b, 0.975)[1] > 0.97
+    slow = sp | {"workload": "code", "speedup": p, "speedup_lo": lo, "speedup_hi": hi, "verdict": "slower"}
+    slow |= {"baseline": "vanilla", "band": stats.BAND}
+    rows = _runs(m, "code", "trident", a) + _runs(m, "code", "vanilla", b)
+    rows = [r | {"gpu_util_mean": u} for r, u in zip(rows, [72.0, 73.0, 92.0, 93.0], strict=True)]
+    c4 = _by_id(claims.decide(study, cells + code, [sp, slow], rows))["C4"]
+    assert c4["verdict"] == "undecided" and "family-wise (2 cells, each interval at 97.50 %): no cell" in c4["evidence"]
     # no utilisation anywhere: said so, not "no GPU"
     bare = sp | {"gpu_util_mean": None, "baseline_gpu_util_mean": None}
     assert "GPU utilisation not measured" in _by_id(claims.decide(study, cells, [bare], []))["C4"]["evidence"]
@@ -323,15 +345,6 @@ def test_committed_runs_decide_for_the_right_reason():
         for c in load(run).values():
             assert c["rule"] and c["evidence"], (run, c["id"])
     assert "n = 1 measured" in (ROOT / "results/h200-smollm2/tables/readme.md").read_text()
-
-
-def _runs(model: str, workload: str, config: str, tok_s: list[float]) -> list[dict]:
-    """Measurement rows of one cell, one per engine start."""
-    return [
-        {"model": model, "workload": workload, "config": config, "concurrency": None, "status": "ok",
-         "output_tok_s": v, "_start": f"{workload}-{config}-{i}"}
-        for i, v in enumerate(tok_s)
-    ]  # fmt: skip
 
 
 def test_a_cpu_run_decides_no_claim_and_answers_its_own_question():

@@ -26,7 +26,9 @@ interval and the comparison is `undecided (no per-prompt data)`.
 Throughput verdicts are the tables' (`stats.verdict`: `faster` / `slower` / `equivalent` / `undecided` /
 `missing`, tested with `startswith`). Where a run's repeats are passes on one engine (technical replicates,
 `engine_per_repeat: false`) no claim that rests on a throughput or step-time interval is decided:
-`undecided (technical replicates)`, with what the intervals say beside it. A CPU run decides none of the
+`undecided (technical replicates)`, with what the intervals say beside it. Claims that one cell of m can
+refute (C1, C4, C6, C8) take that cell's intervals again at the Bonferroni level 1 - 0.05 / m (`Family`); a
+claim every cell must confirm is an intersection-union test and needs no correction. A CPU run decides none of the
 article's claims (a 135M model on a few CPU cores is not the article's regime: `not decidable on CPU`); it
 answers its own question instead, entry `CPU`: does the pipeline work end to end (every planned measurement
 ok) and do its own repeats agree (the between-start CV of tok/s, pooled over its cells, is at most CPU_CV_MAX
@@ -92,13 +94,14 @@ RULES = {
     "confirms, `slower` or `equivalent` refutes, else undecided",
     "C4": "per speculative cell with GPU utilisation measured on both sides (trident's where it exists): "
     "confirmed when `faster` and its utilisation interval lies below the baseline's; refuted when `slower` / "
-    "`equivalent` or its utilisation interval is not below; else undecided",
+    "`equivalent` or its utilisation interval is not below, with its intervals at the family-wise level (1 - 0.05 "
+    "/ m over the m cells); else undecided",
     "C5": "a form is refuted when its prediction interval (from p1's Wilson 95 % interval) misses every cell "
     "(>= 2) in one direction; confirmed when the linear form stands and Leviathan's is refuted, refuted when the "
     "linear form is, else undecided",
     "C6": f"R (decode steps where probed) per workload and drafter of every model >= {R_MIN_PARAMS_B:g}B; random "
     f"weights: R0 only (K <= {R0_MAX_K}); confirmed when every interval lies inside {R_BAND[0]:.2f}-{R_BAND[1]:.2f}, "
-    "refuted when any lies wholly outside, else undecided",
+    "refuted when any lies wholly outside at the family-wise level (1 - 0.05 / m over the m cells), else undecided",
     "C7": "per model and method: confirmed when chat's K interval lies above sonnet's; refuted when below; "
     "else undecided; all must agree",
     "C8": "confirmed when every trident cell of a model >= 14B is `faster`; refuted when any is `slower` or "
@@ -156,11 +159,10 @@ def _speedup_claim(
     tech: bool,
     keep: Callable[[dict[str, Any]], bool],
     want: str,
-    starts: dict[tuple[Any, ...], list[float]] | None = None,
+    fam: Family | None = None,
 ) -> dict[str, Any]:
     """Every kept row's verdict must be `want` (confirmed: an intersection-union test, each interval at 95 %);
-    an opposite or `equivalent` verdict refutes only where it holds at the family-wise level (:func:`_family`),
-    recomputed from `starts` (stats.cell_series of tok/s: one value per engine start)."""
+    an opposite or `equivalent` verdict refutes only where it holds at the family-wise level (:class:`Family`)."""
     found = [s for s in sp if s["status"] in ("ok", "partial") and s["speedup"] is not None and keep(s)]
     rows = [s for s in found if s["model"] not in dummy]
     if not rows:
@@ -172,7 +174,7 @@ def _speedup_claim(
     if all(v.startswith(want) for v in verdicts):
         verdict = "confirmed"
     elif any(v.startswith((other, "equivalent")) for v in verdicts):
-        verdict, note = _family(rows, other, starts or {})
+        verdict, note = _family(rows, other, fam or Family([]))
         ev = f"{ev}; {note}" if note else ev
     else:
         verdict = "undecided"
@@ -183,30 +185,65 @@ def _speedup_claim(
     return _claim(cid, verdict, ev, [_name(s) for s in rows])
 
 
-def _family(rows: list[dict[str, Any]], other: str, starts: dict[tuple[Any, ...], list[float]]) -> tuple[str, str]:
-    """A claim over m cells is refuted when any one of them is `other` or `equivalent`: m chances, so each of
-    those cells' intervals is taken again at the Bonferroni level 1 - 0.05 / m (stats.welch_log_ci on the
-    engine starts in `starts`, the row's own band) and refutes only if its verdict holds there. `refuted` or
-    `undecided`, and the sentence saying which cells held."""
+class Family:
+    """Claims refuted by any one of m cells (C1, C4, C6, C8) have m chances for one interval to miss, so a
+    refuting cell is taken again with its intervals at the Bonferroni level 1 - 0.05 / m, recomputed from the
+    engine starts (`rows`: the tables' measurement rows, one engine start each `_start`), and refutes only where
+    it still does. Confirming needs every cell (an intersection-union test at 95 %) and is not corrected."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self._rows = [r for r in rows if "_start" in r]
+        self._series: dict[str, dict[tuple[Any, ...], list[float]]] = {}
+
+    def starts(self, metric: str, model: str, workload: str, config: Any, concurrency: Any) -> list[float]:
+        """A cell's values of `metric`, one per engine start ([] where none)."""
+        if metric not in self._series:
+            self._series[metric] = stats.cell_series(self._rows, metric)
+        return self._series[metric].get((model, workload, config, concurrency), [])
+
+    def ratio(self, s: dict[str, Any], metric: str, level: float, baseline: Any = None) -> tuple[Any, Any]:
+        """The `level` Welch interval of speedup row `s`'s cell over its baseline in `metric`."""
+        key = (s["model"], s["workload"])
+        num = self.starts(metric, *key, s["config"], s.get("concurrency"))
+        den = self.starts(metric, *key, baseline if baseline is not None else s.get("baseline"), s.get("concurrency"))
+        return stats.welch_log_ci(num, den, level) if num and den else (None, None)
+
+    def cell(self, s: dict[str, Any], metric: str, level: float, config: Any) -> tuple[Any, Any]:
+        """The `level` interval of `metric` of row `s`'s model and workload at ladder step `config`."""
+        return stats.cell_ci(self.starts(metric, s["model"], s["workload"], config, s.get("concurrency")), level)
+
+    @staticmethod
+    def level(m: int) -> float:
+        return 1.0 - (1.0 - stats.LEVEL) / m
+
+    @staticmethod
+    def decide(m: int, held: list[str], lost: list[str]) -> tuple[str, str]:
+        """`refuted` when a refuting cell held at the family-wise level (`held`), else `undecided`; with the
+        sentence that says so ("" for one cell, where no correction applies)."""
+        if m == 1:
+            return "refuted", ""
+        head = f"family-wise ({m} cells, each interval at {100 * Family.level(m):.2f} %)"
+        if held:
+            return "refuted", f"{head}: refuted by {'; '.join(held)}"
+        return "undecided", f"{head}: no cell refutes ({'; '.join(lost)})"
+
+
+def _family(rows: list[dict[str, Any]], other: str, fam: Family) -> tuple[str, str]:
+    """C1, C8: each `other` or `equivalent` cell's speedup interval at the family-wise level, its verdict
+    under the row's own band."""
     m = len(rows)
-    level = 1.0 - (1.0 - stats.LEVEL) / m
     if m == 1:
-        return "refuted", ""
+        return Family.decide(1, [], [])
+    level = Family.level(m)
     held, lost = [], []
     for s in rows:
         if not str(s["verdict"]).startswith((other, "equivalent")):
             continue
-        conc = s.get("concurrency")
-        num = starts.get((s["model"], s["workload"], s["config"], conc))
-        den = starts.get((s["model"], s["workload"], s.get("baseline"), conc))
-        lo, hi = stats.welch_log_ci(num, den, level) if num and den else (None, None)
+        lo, hi = fam.ratio(s, "output_tok_s", level)
         v = stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND) if lo is not None else None
         line = f"{_name(s)} " + (f"[{lo:.3f}, {hi:.3f}] {v}" if v else "no engine starts to recompute")
         (held if v and v.startswith((other, "equivalent")) else lost).append(line)
-    head = f"family-wise ({m} cells, each interval at {100 * level:.2f} %)"
-    if held:
-        return "refuted", f"{head}: refuted by {'; '.join(held)}"
-    return "undecided", f"{head}: no cell refutes ({'; '.join(lost)})"
+    return Family.decide(m, held, lost)
 
 
 def _above(a: dict[str, Any], b: dict[str, Any], m: str) -> str:
@@ -326,8 +363,8 @@ def decide(
     dummy = {m for m, spec in study.models.items() if spec.weights == "dummy"}
     tech = study.technical_replicates
     r_sp = [s for s in sp if s["method"] != "none"]
-    starts = stats.cell_series([r for r in rows if "_start" in r], "output_tok_s")
-    out.append(_speedup_claim("C1", r_sp, dummy, tech, lambda s: s["model_params_b"] <= 7.0, "slower", starts))
+    fam = Family(rows)
+    out.append(_speedup_claim("C1", r_sp, dummy, tech, lambda s: s["model_params_b"] <= 7.0, "slower", fam))
 
     all_cells = {(c["model"], c["workload"], c["config"]): c for c in crow if c["n"]}
     cells = {k: c for k, c in all_cells.items() if k[0] not in dummy}
@@ -406,9 +443,9 @@ def decide(
     c3 = TECHNICAL if verdicts and tech else _combine(verdicts)
     out.append(_claim("C3", c3, "; ".join(ev) or none3, used))
 
-    out.append(_c4(study, all_cells, sp, dummy, tech, step_of("suffix", "PIECEWISE")))
+    out.append(_c4(study, all_cells, sp, dummy, tech, step_of("suffix", "PIECEWISE"), fam))
     out.append(_c5(cells, all_cells, dummy))
-    out.append(_c6(study, r_sp, dummy, tech, series))
+    out.append(_c6(study, r_sp, dummy, tech, series, fam))
 
     # C7
     verdicts, ev, used = [], [], []
@@ -433,7 +470,7 @@ def decide(
             tech,
             lambda s: s["model_params_b"] >= 14.0 and s["config"] in step_of("suffix", "PIECEWISE"),
             "faster",
-            starts,
+            fam,
         )
     )
     if study.device == "cpu":
@@ -460,6 +497,7 @@ def _c4(
     dummy: set[str],
     tech: bool,
     trident: list[str],
+    fam: Family,
 ) -> dict[str, Any]:
     measured = [
         s
@@ -504,9 +542,36 @@ def _c4(
         )
     which = "" if rows[0]["config"] in trident else "no trident cells, every speculative step; "
     verdict = _combine(verdicts)
+    if verdict == "refuted":
+        verdict, note = _c4_family(study, rows, verdicts, fam)
+        ev += [note] if note else []
     if tech and verdict in ("confirmed", "refuted"):
         verdict = TECHNICAL
     return _claim("C4", verdict, f"{which}{util}; " + "; ".join(ev), [_name(s) for s in rows])
+
+
+def _c4_family(study: Study, rows: list[dict[str, Any]], verdicts: list[str], fam: Family) -> tuple[str, str]:
+    """C4's refuting cells again at the family-wise level: the speedup's verdict (under the row's band) and
+    the utilisation intervals of the cell and its baseline."""
+    m = len(rows)
+    if m == 1:
+        return Family.decide(1, [], [])
+    level = Family.level(m)
+    held, lost = [], []
+    for s, d in zip(rows, verdicts, strict=True):
+        if d != "refuted":
+            continue
+        lo, hi = fam.ratio(s, "output_tok_s", level, study.baseline)
+        v = stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND) if lo is not None else None
+        c_lo, _ = fam.cell(s, "gpu_util_mean", level, s["config"])
+        _, b_hi = fam.cell(s, "gpu_util_mean", level, study.baseline)
+        not_lower = c_lo is not None and b_hi is not None and c_lo >= b_hi
+        if v is None:
+            line = f"{_name(s)} no engine starts to recompute"
+        else:
+            line = f"{_name(s)} speedup [{lo:.3f}, {hi:.3f}] {v}" + (", util not below" if not_lower else "")
+        (held if v and (v.startswith(("slower", "equivalent")) or not_lower) else lost).append(line)
+    return Family.decide(m, held, lost)
 
 
 def _c5(
@@ -547,9 +612,11 @@ def _c6(
     dummy: set[str],
     tech: bool,
     series: Callable[[str, str, str, str], list[Any]],
+    fam: Family,
 ) -> dict[str, Any]:
     sync = _sync_step(study)
     verdicts, ev, used, context, small = [], [], [], [], 0
+    rs: list[tuple[dict[str, Any], str]] = []
     for s in r_sp:
         decode = s["R_decode"] is not None
         if decode:
@@ -575,6 +642,7 @@ def _c6(
         else:
             d = "straddles"
         verdicts.append(d)
+        rs.append((s, "decode_step_time_ms" if decode else "step_time_ms"))
         used.append(_name(s))
         split = ""
         if sync is not None:
@@ -602,7 +670,9 @@ def _c6(
     if all(d == "inside" for d in verdicts):
         v = "confirmed"
     elif any(d == "outside" for d in verdicts):
-        v = "refuted"
+        v, note = _c6_family(study, rs, verdicts, fam)
+        if note:
+            tail.insert(0, note)
     else:
         v = "undecided"
     if tech:  # passes on one engine: technical replicates decide nothing, whatever their intervals say
@@ -610,6 +680,25 @@ def _c6(
             tail.insert(0, f"the intervals alone would say {v}")
         v = TECHNICAL
     return _claim("C6", v, f"{rule_note}: " + "; ".join(ev) + "".join(f"; {t}" for t in tail), used)
+
+
+def _c6_family(study: Study, rs: list[tuple[dict[str, Any], str]], verdicts: list[str], fam: Family) -> tuple[str, str]:
+    """C6's R intervals wholly outside the article's band, again at the family-wise level."""
+    m = len(rs)
+    if m == 1:
+        return Family.decide(1, [], [])
+    level = Family.level(m)
+    held, lost = [], []
+    for (s, metric), d in zip(rs, verdicts, strict=True):
+        if d != "outside":
+            continue
+        lo, hi = fam.ratio(s, metric, level, study.baseline)
+        if lo is None:
+            lost.append(f"{_name(s)} no engine starts to recompute")
+            continue
+        out = hi < R_BAND[0] or lo > R_BAND[1]
+        (held if out else lost).append(f"{_name(s)} R [{lo:.2f}, {hi:.2f}] {'outside' if out else 'not outside'}")
+    return Family.decide(m, held, lost)
 
 
 def _cpu(study: Study, crow: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:

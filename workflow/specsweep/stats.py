@@ -261,16 +261,17 @@ def cell_series(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[tuple[An
     return {k: per_start([r[metric] for r in g], [r["_start"] for r in g]) for k, g in cells.items()}
 
 
-def cell_ci(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """95 % t-interval of a cell's typical value over its engine starts (one value per start): on the log scale
-    (the geometric mean's interval) when every value is > 0, on the raw scale otherwise; (None, None) for n < 2."""
+def cell_ci(values: Sequence[float | None], level: float = LEVEL) -> tuple[float | None, float | None]:
+    """t-interval (95 %, or `level`) of a cell's typical value over its engine starts (one value per start): on
+    the log scale (the geometric mean's interval) when every value is > 0, on the raw scale otherwise; (None,
+    None) for n < 2."""
     arr = _clean(values)
     n = arr.size
     if n < 2:
         return None, None
     log = _log_scale(arr)
     x = np.log(arr) if log else arr
-    half = t_quantile(1 - (1 - LEVEL) / 2, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
+    half = t_quantile(1 - (1 - level) / 2, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
     lo, hi = float(x.mean()) - half, float(x.mean()) + half
     return (math.exp(lo), math.exp(hi)) if log else (lo, hi)
 
