@@ -57,6 +57,8 @@ def _meas(model: str, workload: str, config: str, step_ms: list[float]) -> list[
             "step_time_ms": v,
             "decode_step_time_ms": v,
             "output_tok_s": 1000.0 / v,
+            "concurrency": None,
+            "_start": f"{workload}-{config}-{i}",
         }
         for i, v in enumerate(step_ms)
     ]
@@ -289,6 +291,27 @@ def test_k_predictions_known_answer():
     assert capped["conditional_acceptance"][2:] == [None, None]
     assert stats.continuation(10, [6, 3, 0, 0]) == [(1, 6.0, 10.0), (2, 3.0, 6.0)]
     assert stats.continuation(10, [0, 0]) == []
+
+
+def test_c3_uses_the_model_band_and_the_article_point_only():
+    """C3 (trident over suffix-full on chat) judges its ratio with the model's band, as every verdict of the
+    tables does, and from the cells at the article's point: a cell measured at a concurrency b does not enter."""
+    study = _study()
+    m = "smollm2-135m-instruct"
+    cells = [
+        _cell(m, "chat", step, cudagraph_mode_effective=mode)
+        for step, mode in (("trident", "PIECEWISE"), ("suffix-full", "FULL"))
+    ]
+    rows = _runs(m, "chat", "trident", [1100.0, 1105.0, 1095.0]) + _runs(
+        m, "chat", "suffix-full", [1000.0, 1002.0, 998.0]
+    )
+    at_b1 = [r | {"concurrency": 1, "output_tok_s": 50.0, "_start": r["_start"] + "@b1"} for r in rows]
+    narrow = _sp(0.135, "ngram", "ngram", "slower", 0.7, model=m, band=0.03)
+    c3 = _by_id(claims.decide(study, cells, [narrow], rows + at_b1))["C3"]
+    assert c3["verdict"] == "confirmed" and "tok/s ratio 1.100 [" in c3["evidence"], c3["evidence"]
+    wide = narrow | {"band": 0.2}  # the run's engine starts spread 20 %: a 10 % gain lies inside the band
+    c3 = _by_id(claims.decide(study, cells, [wide], rows + at_b1))["C3"]
+    assert c3["verdict"] == "refuted" and "equivalent" in c3["evidence"], c3["evidence"]
 
 
 def test_c4_reads_the_measured_utilisation():

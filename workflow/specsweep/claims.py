@@ -378,9 +378,12 @@ def decide(
         ]
 
     def series(m: str, w: str, cfg: str, metric: str) -> list[Any]:
-        return [
-            r[metric] for r in rows if r["status"] == "ok" and (r["model"], r["workload"], r["config"]) == (m, w, cfg)
-        ]
+        """A cell's values at the article's point (all prompts at once), one per engine start."""
+        return fam.starts(metric, m, w, cfg, None)
+
+    def band_of(m: str) -> float:
+        """The model's equivalence band, as the tables' verdicts use it (every speedup row of it has it)."""
+        return next((float(s["band"]) for s in sp if s["model"] == m and s.get("band")), stats.BAND)
 
     def kind(workload: str) -> str | None:
         spec = study.workloads.get(workload)
@@ -423,7 +426,7 @@ def decide(
                     ev.append(f"{m}: no CUDA graphs on this device (effective mode NONE)")
                     continue
                 p, lo, hi = stats.ratio_ci(series(m, w, pw, "output_tok_s"), series(m, w, full, "output_tok_s"))
-                v = str(stats.verdict(p, lo, hi))
+                v = str(stats.verdict(p, lo, hi, band=band_of(m)))
                 if tech:
                     d = TECHNICAL
                 elif v.startswith("faster"):
