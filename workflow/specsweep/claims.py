@@ -235,7 +235,8 @@ def _family(rows: list[dict[str, Any]], other: str, fam: Family) -> tuple[str, s
     if m == 1:
         return Family.decide(1, [], [])
     level = Family.level(m)
-    held, lost = [], []
+    held: list[str] = []
+    lost: list[str] = []
     for s in rows:
         if not str(s["verdict"]).startswith((other, "equivalent")):
             continue
@@ -560,7 +561,8 @@ def _c4_family(study: Study, rows: list[dict[str, Any]], verdicts: list[str], fa
     if m == 1:
         return Family.decide(1, [], [])
     level = Family.level(m)
-    held, lost = [], []
+    held: list[str] = []
+    lost: list[str] = []
     for s, d in zip(rows, verdicts, strict=True):
         if d != "refuted":
             continue
@@ -691,7 +693,8 @@ def _c6_family(study: Study, rs: list[tuple[dict[str, Any], str]], verdicts: lis
     if m == 1:
         return Family.decide(1, [], [])
     level = Family.level(m)
-    held, lost = [], []
+    held: list[str] = []
+    lost: list[str] = []
     for (s, metric), d in zip(rs, verdicts, strict=True):
         if d != "outside":
             continue
