@@ -47,7 +47,7 @@ The conditional acceptance curve (accepted at i / accepted at i-1) says why: Lev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import stats
@@ -217,11 +217,16 @@ class Family:
         return 1.0 - (1.0 - stats.LEVEL) / m
 
     @staticmethod
-    def decide(m: int, held: list[str], lost: list[str]) -> tuple[str, str]:
-        """`refuted` when a refuting cell held at the family-wise level (`held`), else `undecided`; with the
-        sentence that says so ("" for one cell, where no correction applies)."""
+    def over(m: int, checks: Callable[[float], Iterator[tuple[bool, str]]]) -> tuple[str, str]:
+        """`refuted` when a refuting cell still refutes at the family-wise level, else `undecided`, with the
+        sentence that says so ("" for one cell, where no correction applies). `checks(level)` yields, for each
+        refuting cell taken again at `level`, whether it still refutes and its line of evidence."""
         if m == 1:
             return "refuted", ""
+        held: list[str] = []
+        lost: list[str] = []
+        for refutes, line in checks(Family.level(m)):
+            (held if refutes else lost).append(line)
         head = f"family-wise ({m} cells, each interval at {100 * Family.level(m):.2f} %)"
         if held:
             return "refuted", f"{head}: refuted by {'; '.join(held)}"
@@ -231,20 +236,17 @@ class Family:
 def _family(rows: list[dict[str, Any]], other: str, fam: Family) -> tuple[str, str]:
     """C1, C8: each `other` or `equivalent` cell's speedup interval at the family-wise level, its verdict
     under the row's own band."""
-    m = len(rows)
-    if m == 1:
-        return Family.decide(1, [], [])
-    level = Family.level(m)
-    held: list[str] = []
-    lost: list[str] = []
-    for s in rows:
-        if not str(s["verdict"]).startswith((other, "equivalent")):
-            continue
-        lo, hi = fam.ratio(s, "output_tok_s", level)
-        v = stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND) if lo is not None else None
-        line = f"{_name(s)} " + (f"[{lo:.3f}, {hi:.3f}] {v}" if v else "no engine starts to recompute")
-        (held if v and v.startswith((other, "equivalent")) else lost).append(line)
-    return Family.decide(m, held, lost)
+
+    def checks(level: float) -> Iterator[tuple[bool, str]]:
+        for s in rows:
+            if not str(s["verdict"]).startswith((other, "equivalent")):
+                continue
+            lo, hi = fam.ratio(s, "output_tok_s", level)
+            v = stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND) if lo is not None else None
+            line = f"{_name(s)} " + (f"[{lo:.3f}, {hi:.3f}] {v}" if v else "no engine starts to recompute")
+            yield bool(v and v.startswith((other, "equivalent"))), line
+
+    return Family.over(len(rows), checks)
 
 
 def _above(a: dict[str, Any], b: dict[str, Any], m: str) -> str:
@@ -557,26 +559,23 @@ def _c4(
 def _c4_family(study: Study, rows: list[dict[str, Any]], verdicts: list[str], fam: Family) -> tuple[str, str]:
     """C4's refuting cells again at the family-wise level: the speedup's verdict (under the row's band) and
     the utilisation intervals of the cell and its baseline."""
-    m = len(rows)
-    if m == 1:
-        return Family.decide(1, [], [])
-    level = Family.level(m)
-    held: list[str] = []
-    lost: list[str] = []
-    for s, d in zip(rows, verdicts, strict=True):
-        if d != "refuted":
-            continue
-        lo, hi = fam.ratio(s, "output_tok_s", level, study.baseline)
-        v = stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND) if lo is not None else None
-        c_lo, _ = fam.cell(s, "gpu_util_mean", level, s["config"])
-        _, b_hi = fam.cell(s, "gpu_util_mean", level, study.baseline)
-        not_lower = c_lo is not None and b_hi is not None and c_lo >= b_hi
-        if v is None:
-            line = f"{_name(s)} no engine starts to recompute"
-        else:
+
+    def checks(level: float) -> Iterator[tuple[bool, str]]:
+        for s, d in zip(rows, verdicts, strict=True):
+            if d != "refuted":
+                continue
+            lo, hi = fam.ratio(s, "output_tok_s", level, study.baseline)
+            v = stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND) if lo is not None else None
+            c_lo, _ = fam.cell(s, "gpu_util_mean", level, s["config"])
+            _, b_hi = fam.cell(s, "gpu_util_mean", level, study.baseline)
+            not_lower = c_lo is not None and b_hi is not None and c_lo >= b_hi
+            if v is None:
+                yield False, f"{_name(s)} no engine starts to recompute"
+                continue
             line = f"{_name(s)} speedup [{lo:.3f}, {hi:.3f}] {v}" + (", util not below" if not_lower else "")
-        (held if v and (v.startswith(("slower", "equivalent")) or not_lower) else lost).append(line)
-    return Family.decide(m, held, lost)
+            yield v.startswith(("slower", "equivalent")) or not_lower, line
+
+    return Family.over(len(rows), checks)
 
 
 def _c5(
@@ -689,22 +688,19 @@ def _c6(
 
 def _c6_family(study: Study, rs: list[tuple[dict[str, Any], str]], verdicts: list[str], fam: Family) -> tuple[str, str]:
     """C6's R intervals wholly outside the article's band, again at the family-wise level."""
-    m = len(rs)
-    if m == 1:
-        return Family.decide(1, [], [])
-    level = Family.level(m)
-    held: list[str] = []
-    lost: list[str] = []
-    for (s, metric), d in zip(rs, verdicts, strict=True):
-        if d != "outside":
-            continue
-        lo, hi = fam.ratio(s, metric, level, study.baseline)
-        if lo is None:
-            lost.append(f"{_name(s)} no engine starts to recompute")
-            continue
-        out = hi < R_BAND[0] or lo > R_BAND[1]
-        (held if out else lost).append(f"{_name(s)} R [{lo:.2f}, {hi:.2f}] {'outside' if out else 'not outside'}")
-    return Family.decide(m, held, lost)
+
+    def checks(level: float) -> Iterator[tuple[bool, str]]:
+        for (s, metric), d in zip(rs, verdicts, strict=True):
+            if d != "outside":
+                continue
+            lo, hi = fam.ratio(s, metric, level, study.baseline)
+            if lo is None:
+                yield False, f"{_name(s)} no engine starts to recompute"
+                continue
+            out = hi < R_BAND[0] or lo > R_BAND[1]
+            yield out, f"{_name(s)} R [{lo:.2f}, {hi:.2f}] {'outside' if out else 'not outside'}"
+
+    return Family.over(len(rs), checks)
 
 
 def _cpu(study: Study, crow: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
