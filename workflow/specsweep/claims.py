@@ -201,12 +201,20 @@ class Family:
             self._series[metric] = stats.cell_series(self._rows, metric)
         return self._series[metric].get((model, workload, config, concurrency), [])
 
-    def ratio(self, s: dict[str, Any], metric: str, level: float, baseline: Any = None) -> tuple[Any, Any]:
+    def ratio(self, s: dict[str, Any], metric: str, level: float) -> tuple[Any, Any]:
         """The `level` Welch interval of speedup row `s`'s cell over its baseline in `metric`."""
         key = (s["model"], s["workload"])
         num = self.starts(metric, *key, s["config"], s.get("concurrency"))
-        den = self.starts(metric, *key, baseline if baseline is not None else s.get("baseline"), s.get("concurrency"))
+        den = self.starts(metric, *key, s.get("baseline"), s.get("concurrency"))
         return stats.welch_log_ci(num, den, level) if num and den else (None, None)
+
+    def verdict(self, s: dict[str, Any], level: float) -> tuple[Any, Any, str | None]:
+        """Speedup row `s`'s tok/s interval at `level` and its verdict under the row's own band (None where
+        there are no engine starts to recompute from)."""
+        lo, hi = self.ratio(s, "output_tok_s", level)
+        if lo is None:
+            return None, None, None
+        return lo, hi, stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND)
 
     def cell(self, s: dict[str, Any], metric: str, level: float, config: Any) -> tuple[Any, Any]:
         """The `level` interval of `metric` of row `s`'s model and workload at ladder step `config`."""
@@ -241,8 +249,7 @@ def _family(rows: list[dict[str, Any]], other: str, fam: Family) -> tuple[str, s
         for s in rows:
             if not str(s["verdict"]).startswith((other, "equivalent")):
                 continue
-            lo, hi = fam.ratio(s, "output_tok_s", level)
-            v = stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND) if lo is not None else None
+            lo, hi, v = fam.verdict(s, level)
             line = f"{_name(s)} " + (f"[{lo:.3f}, {hi:.3f}] {v}" if v else "no engine starts to recompute")
             yield bool(v and v.startswith((other, "equivalent"))), line
 
@@ -451,7 +458,7 @@ def decide(
 
     out.append(_c4(study, all_cells, sp, dummy, tech, step_of("suffix", "PIECEWISE"), fam))
     out.append(_c5(cells, all_cells, dummy))
-    out.append(_c6(study, r_sp, dummy, tech, series, fam))
+    out.append(_c6(study, r_sp, dummy, tech, fam))
 
     # C7
     verdicts, ev, used = [], [], []
@@ -564,8 +571,7 @@ def _c4_family(study: Study, rows: list[dict[str, Any]], verdicts: list[str], fa
         for s, d in zip(rows, verdicts, strict=True):
             if d != "refuted":
                 continue
-            lo, hi = fam.ratio(s, "output_tok_s", level, study.baseline)
-            v = stats.verdict(s["speedup"], lo, hi, band=s.get("band") or stats.BAND) if lo is not None else None
+            lo, hi, v = fam.verdict(s, level)
             c_lo, _ = fam.cell(s, "gpu_util_mean", level, s["config"])
             _, b_hi = fam.cell(s, "gpu_util_mean", level, study.baseline)
             not_lower = c_lo is not None and b_hi is not None and c_lo >= b_hi
@@ -615,7 +621,6 @@ def _c6(
     r_sp: list[dict[str, Any]],
     dummy: set[str],
     tech: bool,
-    series: Callable[[str, str, str, str], list[Any]],
     fam: Family,
 ) -> dict[str, Any]:
     sync = _sync_step(study)
@@ -652,8 +657,8 @@ def _c6(
         if sync is not None:
             metric = "decode_step_time_ms" if decode else "step_time_ms"
             m, w, cfg = s["model"], s["workload"], s["config"]
-            a = stats.ratio_ci(series(m, w, sync, metric), series(m, w, study.baseline, metric))
-            b = stats.ratio_ci(series(m, w, cfg, metric), series(m, w, sync, metric))
+            a = stats.ratio_ci(fam.starts(metric, m, w, sync, None), fam.starts(metric, m, w, study.baseline, None))
+            b = stats.ratio_ci(fam.starts(metric, m, w, cfg, None), fam.starts(metric, m, w, sync, None))
             if a[0] is not None and b[0] is not None:
                 split = f" = async off {_iv(*a)} × drafting {_iv(*b)} ({sync})"
                 used.append(f"{m}/{w}/{sync}")
@@ -674,7 +679,7 @@ def _c6(
     if all(d == "inside" for d in verdicts):
         v = "confirmed"
     elif any(d == "outside" for d in verdicts):
-        v, note = _c6_family(study, rs, verdicts, fam)
+        v, note = _c6_family(rs, verdicts, fam)
         if note:
             tail.insert(0, note)
     else:
@@ -686,14 +691,14 @@ def _c6(
     return _claim("C6", v, f"{rule_note}: " + "; ".join(ev) + "".join(f"; {t}" for t in tail), used)
 
 
-def _c6_family(study: Study, rs: list[tuple[dict[str, Any], str]], verdicts: list[str], fam: Family) -> tuple[str, str]:
+def _c6_family(rs: list[tuple[dict[str, Any], str]], verdicts: list[str], fam: Family) -> tuple[str, str]:
     """C6's R intervals wholly outside the article's band, again at the family-wise level."""
 
     def checks(level: float) -> Iterator[tuple[bool, str]]:
         for (s, metric), d in zip(rs, verdicts, strict=True):
             if d != "outside":
                 continue
-            lo, hi = fam.ratio(s, metric, level, study.baseline)
+            lo, hi = fam.ratio(s, metric, level)
             if lo is None:
                 yield False, f"{_name(s)} no engine starts to recompute"
                 continue
