@@ -240,6 +240,25 @@ def test_c6_splits_r_into_async_scheduling_and_drafting_with_vanilla_sync():
     assert f"{m}/{w}/vanilla-sync" in c6["cells"]
 
 
+def test_c6_states_the_split_of_smaller_models_as_context_only():
+    """Below 32B R decides nothing, but where vanilla-sync ran its split is stated; those cells are not C6's."""
+    study = _study(params_b=70.0)
+    m, w = "m7", "code"
+    rows = _meas(m, w, "vanilla", [10.0, 10.1, 9.9]) + _meas(m, w, "vanilla-sync", [18.0, 18.3, 17.7])
+    rows += _meas(m, w, "ngram", [21.6, 22.0, 21.2])
+    small = _sp(7.0, "ngram", "ngram", "slower", 0.5, model=m, R_decode=2.16, R_decode_lo=2.1, R_decode_hi=2.2)
+    big = "m70"
+    inside = _sp(70.0, "ngram", "ngram", "slower", 0.9, model=big, R_decode=1.30, R_decode_lo=1.27, R_decode_hi=1.36)
+    c6 = _by_id(claims.decide(study, [], [inside, small], rows))["C6"]
+    assert c6["verdict"] == "confirmed" and c6["cells"] == [f"{big}/code/ngram"], c6
+    ev = c6["evidence"]
+    assert "1 R of models < 32B not deciding" in ev and "of which with the control: m7/code/ngram 2.16" in ev, ev
+    assert "async off 1.80" in ev and "drafting 1.20" in ev, ev
+    # without the small model's control cells, no split and no 'of which'
+    c6 = _by_id(claims.decide(study, [], [inside, small], []))["C6"]
+    assert "of which" not in c6["evidence"], c6["evidence"]
+
+
 def _spec_cell(model: str, workload: str, k: float, k_lo: float | None, pos: list[int], drafts: int, dtok: int):
     k_hi = None if k_lo is None else k + (k - k_lo)
     row = _cell(model, workload, "ngram", method="ngram", K_median=k, K_lo=k_lo, K_hi=k_hi)

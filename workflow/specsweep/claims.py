@@ -624,8 +624,20 @@ def _c6(
     fam: Family,
 ) -> dict[str, Any]:
     sync = _sync_step(study)
-    verdicts, ev, used, context, small = [], [], [], [], 0
+    verdicts, ev, used, context, small_split, small = [], [], [], [], [], 0
     rs: list[tuple[dict[str, Any], str]] = []
+
+    def split_of(s: dict[str, Any], metric: str) -> str:
+        """R = (vanilla-sync over vanilla) x (the drafter over vanilla-sync), each a ratio of engine starts."""
+        if sync is None:
+            return ""
+        m, w, cfg = s["model"], s["workload"], s["config"]
+        a = stats.ratio_ci(fam.starts(metric, m, w, sync, None), fam.starts(metric, m, w, study.baseline, None))
+        b = stats.ratio_ci(fam.starts(metric, m, w, cfg, None), fam.starts(metric, m, w, sync, None))
+        if a[0] is None or b[0] is None:
+            return ""
+        return f" = async off {_iv(*a)} × drafting {_iv(*b)} ({sync})"
+
     for s in r_sp:
         decode = s["R_decode"] is not None
         if decode:
@@ -634,11 +646,15 @@ def _c6(
             r, lo, hi = s["R"], s["R_lo"], s["R_hi"]
         else:
             continue
-        if s["model_params_b"] < R_MIN_PARAMS_B:
-            small += 1
-            continue
+        metric = "decode_step_time_ms" if decode else "step_time_ms"
         why = " (technical replicates)" if tech else " (n<2)"
         label = f"{_name(s)} {_iv(r, lo, hi, none=why)}{'' if decode else ' (all steps)'}"
+        if s["model_params_b"] < R_MIN_PARAMS_B:
+            small += 1
+            split = split_of(s, metric)
+            if split:  # where the control ran, the split is worth reading at any size
+                small_split.append(f"{label}{split}")
+            continue
         if s["model"] in dummy and s["K"] is not None and s["K"] > R0_MAX_K:
             context.append(f"{label} (K {s['K']:.2f})")  # random weights accepting nearly every draft: R_full
             continue
@@ -651,17 +667,11 @@ def _c6(
         else:
             d = "straddles"
         verdicts.append(d)
-        rs.append((s, "decode_step_time_ms" if decode else "step_time_ms"))
+        rs.append((s, metric))
         used.append(_name(s))
-        split = ""
-        if sync is not None:
-            metric = "decode_step_time_ms" if decode else "step_time_ms"
-            m, w, cfg = s["model"], s["workload"], s["config"]
-            a = stats.ratio_ci(fam.starts(metric, m, w, sync, None), fam.starts(metric, m, w, study.baseline, None))
-            b = stats.ratio_ci(fam.starts(metric, m, w, cfg, None), fam.starts(metric, m, w, sync, None))
-            if a[0] is not None and b[0] is not None:
-                split = f" = async off {_iv(*a)} × drafting {_iv(*b)} ({sync})"
-                used.append(f"{m}/{w}/{sync}")
+        split = split_of(s, metric)
+        if split:
+            used.append(f"{s['model']}/{s['workload']}/{sync}")
         ev.append(f"{label}{split}: {d}")
     rule_note = (
         f"R0 (random weights, K <= {R0_MAX_K}) and R of real weights, models >= {R_MIN_PARAMS_B:g}B"
@@ -672,7 +682,10 @@ def _c6(
     if context:
         tail.append("not deciding, random weights accepting nearly every draft (R_full): " + "; ".join(context))
     if small:
-        tail.append(f"{small} R of models < {R_MIN_PARAMS_B:g}B not deciding (the article's R is for 70B)")
+        tail.append(
+            f"{small} R of models < {R_MIN_PARAMS_B:g}B not deciding (the article's R is for 70B)"
+            + (", of which with the control: " + "; ".join(small_split) if small_split else "")
+        )
     if not verdicts:
         why = f"no R of a model >= {R_MIN_PARAMS_B:g}B" + (" at zero acceptance" if context else "")
         return _claim("C6", NOT_COVERED, "; ".join([why, *tail]), [])
