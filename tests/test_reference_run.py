@@ -46,6 +46,9 @@ RUNS = {
     # (2 x 4 x 3 on 12 engine starts, a third boot), mix-ch's and mix-sh's rounds 1-2 (15 measurements on 8
     # engine starts, a fourth boot); their round 3 and mix-sh/trident r2 not measured yet
     "h200-reference": ("config/h200-reference.yaml", 26),
+    # the reference run at scale: the 7B shape's code-t1 and code-greedy x vanilla, ngram, suffix, vanilla-sync, 3
+    # engine starts each in interleaved rounds (one boot); the 32B shape not measured yet
+    "h200-shapes-reference": ("config/h200-shapes-reference.yaml", 16),
     # suffix's draft limit: vanilla and suffix-deep (tree depth 64) on chat and code, round 1 of 3 only (one engine
     # start each, one boot); the default suffix step not measured yet
     "h200-suffix-depth": ("config/h200-suffix-depth.yaml", 6),
