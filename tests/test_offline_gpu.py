@@ -136,3 +136,70 @@ def test_wait_without_a_started_run_says_so(work):
     w, env = work
     r = _call(w, env, "--wait", "1", RUN)
     assert r.returncode == 1 and r.stdout.strip() == "no started run of t here (start one with --start)"
+
+
+CARRY = ROOT / "offline-gpu" / "carry.sh"
+
+
+def _carry(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(CARRY), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A git checkout with a 200 kB tracked tree and an ignored .device/, and files to carry beside it."""
+    co = tmp_path / "co"
+    co.mkdir()
+    subprocess.run(["git", "init", "-q", str(co)], check=True)
+    (co / ".gitignore").write_text(".device/\n")
+    (co / "tracked.bin").write_bytes(os.urandom(200_000))
+    subprocess.run(["git", "-C", str(co), "add", "."], check=True)
+    stage = tmp_path / "stage"
+    (stage / "wheels").mkdir(parents=True)
+    (stage / "wheels" / "a.whl").write_bytes(os.urandom(2_500_000))
+    (stage / "model.gguf").write_bytes(os.urandom(1_700_000))
+    env = os.environ | {"STASH": str(tmp_path / "stash"), "CARRY_LIMIT_MB": "3", "CARRY_MARGIN_MB": "1"}
+    return co, env
+
+
+def test_carry_packs_parts_that_fit_beside_the_tree_and_unpack_to_the_same_files(checkout, tmp_path):
+    co, env = checkout
+    stage = tmp_path / "stage"
+    r = _carry(co, env, "pack", ".device/c", str(stage / "wheels"), str(stage / "model.gguf"))
+    assert r.returncode == 0, r.stderr
+    parts = sorted((co / ".device" / "c").glob("part.*"))
+    tree = (co / "tracked.bin").stat().st_size + (co / ".gitignore").stat().st_size
+    assert len(parts) == 3 and all(p.stat().st_size <= 3_000_000 - 1_000_000 - tree for p in parts), parts
+    assert "3 part(s)" in r.stdout
+    # one call per part, each on the machine: stash it; the last call unpacks
+    for p in parts:
+        s = _carry(co, env, "stash", str(p.relative_to(co)))
+        assert s.returncode == 0, s.stderr
+    u = _carry(co, env, "unpack", ".device/c/carry.sha256")
+    assert u.returncode == 0 and "unpacked 3 part(s)" in u.stdout, u.stderr
+    out = tmp_path / "stash"
+    assert (out / "wheels" / "a.whl").read_bytes() == (stage / "wheels" / "a.whl").read_bytes()
+    assert (out / "model.gguf").read_bytes() == (stage / "model.gguf").read_bytes()
+    assert not (out / "parts").exists()
+
+
+def test_carry_names_a_missing_or_damaged_part_and_a_tree_too_large(checkout, tmp_path):
+    co, env = checkout
+    stage = tmp_path / "stage"
+    assert _carry(co, env, "pack", ".device/c", str(stage / "wheels")).returncode == 0
+    parts = sorted((co / ".device" / "c").glob("part.*"))
+    assert len(parts) == 2
+    _carry(co, env, "stash", str(parts[0]))
+    u = _carry(co, env, "unpack", ".device/c/carry.sha256")
+    assert u.returncode == 1 and "1 of 2 parts stashed" in u.stderr and "missing: part.001" in u.stderr, u.stderr
+    bad = tmp_path / "part.001"
+    bad.write_bytes(b"x" * parts[1].stat().st_size)
+    _carry(co, env, "stash", str(bad))
+    u = _carry(co, env, "unpack", ".device/c/carry.sha256")
+    assert u.returncode == 1 and "do not match" in u.stderr, u.stderr
+    assert not (tmp_path / "stash" / "wheels").exists() and not (tmp_path / "stash" / "carry.tar").exists()
+    # a folder of parts git does not ignore would travel whole with every call
+    r = _carry(co, env, "pack", "parts", str(stage / "wheels"))
+    assert r.returncode == 1 and "parts is not ignored by git" in r.stderr, r.stderr
+    r = _carry(co, env | {"CARRY_LIMIT_MB": "1"}, "pack", ".device/c", str(stage / "wheels"))
+    assert r.returncode == 1 and "leaves less than 1 MB" in r.stderr, r.stderr
