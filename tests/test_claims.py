@@ -228,12 +228,19 @@ def test_c6_decides_from_32b_and_up_only_and_r0_of_random_weights():
     assert "R_full" in c6["evidence"] and "3.80 [3.60, 3.90]" in c6["evidence"]
 
 
+def _split_rows(m: str, w: str, async_off: float, drafting: float) -> list[dict]:
+    """Step times of vanilla, vanilla-sync (async_off times slower) and ngram (drafting times vanilla-sync's)."""
+    base = [10.0, 10.1, 9.9]
+    sync = [v * async_off for v in base]
+    rows = _meas(m, w, "vanilla", base) + _meas(m, w, "vanilla-sync", sync)
+    return rows + _meas(m, w, "ngram", [v * drafting for v in sync])
+
+
 def test_c6_splits_r_into_async_scheduling_and_drafting_with_vanilla_sync():
     """With vanilla-sync cells, R = (vanilla-sync / vanilla) x (drafter / vanilla-sync) is stated beside R."""
     study = _study(params_b=70.0)
     m, w = "smollm2-135m-instruct", "code"
-    rows = _meas(m, w, "vanilla", [10.0, 10.1, 9.9]) + _meas(m, w, "vanilla-sync", [12.0, 12.2, 11.8])
-    rows += _meas(m, w, "ngram", [13.2, 13.4, 13.0])
+    rows = _split_rows(m, w, 1.2, 1.1)
     sp = _sp(70.0, "ngram", "ngram", "slower", 0.9, model=m, R_decode=1.32, R_decode_lo=1.30, R_decode_hi=1.34)
     c6 = _by_id(claims.decide(study, [], [sp], rows))["C6"]
     assert "async off 1.20" in c6["evidence"] and "drafting 1.10" in c6["evidence"], c6["evidence"]
@@ -244,8 +251,7 @@ def test_c6_states_the_split_of_smaller_models_as_context_only():
     """Below 32B R decides nothing, but where vanilla-sync ran its split is stated; those cells are not C6's."""
     study = _study(params_b=70.0)
     m, w = "m7", "code"
-    rows = _meas(m, w, "vanilla", [10.0, 10.1, 9.9]) + _meas(m, w, "vanilla-sync", [18.0, 18.3, 17.7])
-    rows += _meas(m, w, "ngram", [21.6, 22.0, 21.2])
+    rows = _split_rows(m, w, 1.8, 1.2)
     small = _sp(7.0, "ngram", "ngram", "slower", 0.5, model=m, R_decode=2.16, R_decode_lo=2.1, R_decode_hi=2.2)
     big = "m70"
     inside = _sp(70.0, "ngram", "ngram", "slower", 0.9, model=big, R_decode=1.30, R_decode_lo=1.27, R_decode_hi=1.36)
