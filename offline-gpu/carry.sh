@@ -32,8 +32,9 @@ case $cmd in
     limit=$(( ${CARRY_LIMIT_MB:-64} * 1000000 )) margin=$(( ${CARRY_MARGIN_MB:-1} * 1000000 ))
     size=$(( limit - tree - margin ))
     [ "$size" -ge 1000000 ] || die "the working tree ($tree bytes) leaves less than 1 MB under CARRY_LIMIT_MB=${CARRY_LIMIT_MB:-64}"
+    # checked before the folder exists, so a refused pack leaves nothing behind (the slash: as a folder)
+    git check-ignore -q "$out/" || die "$out is not ignored by git: every call would carry all its parts (add it to .gitignore)"
     mkdir -p "$out"
-    git check-ignore -q "$out" || die "$out is not ignored by git: every call would carry all its parts (add it to .gitignore)"
     rm -f "$out"/part.* "$out/carry.sha256"
     # each PATH under its own name, so that it unpacks to $STASH/NAME wherever it was on this side
     members=()

@@ -201,5 +201,6 @@ def test_carry_names_a_missing_or_damaged_part_and_a_tree_too_large(checkout, tm
     # a folder of parts git does not ignore would travel whole with every call
     r = _carry(co, env, "pack", "parts", str(stage / "wheels"))
     assert r.returncode == 1 and "parts is not ignored by git" in r.stderr, r.stderr
+    assert not (co / "parts").exists()
     r = _carry(co, env | {"CARRY_LIMIT_MB": "1"}, "pack", ".device/c", str(stage / "wheels"))
     assert r.returncode == 1 and "leaves less than 1 MB" in r.stderr, r.stderr
