@@ -27,8 +27,11 @@ case $cmd in
     out=$1 && shift
     for p in "$@"; do [ -e "$p" ] || die "no such file or folder to pack: $p"; done
     git rev-parse --show-toplevel >/dev/null 2>&1 || die "pack runs in the checkout that travels (no git tree here)"
-    # what travels with every call: tracked files and untracked ones git does not ignore
-    tree=$(git ls-files -z --cached --others --exclude-standard | du --files0-from=- -cb 2>/dev/null | tail -1 | cut -f1)
+    # what travels with every call: tracked files and untracked ones git does not ignore, as far as they exist
+    # (a tracked file deleted from the working tree does not travel; du fails on it but still counts the rest)
+    tree=$( { git ls-files -z --cached --others --exclude-standard | du --files0-from=- -cb 2>/dev/null || true; } \
+      | tail -1 | cut -f1)
+    [[ $tree =~ ^[0-9]+$ ]] || die "could not measure the working tree (git ls-files | du)"
     limit=$(( ${CARRY_LIMIT_MB:-64} * 1000000 )) margin=$(( ${CARRY_MARGIN_MB:-1} * 1000000 ))
     size=$(( limit - tree - margin ))
     [ "$size" -ge 1000000 ] || die "the working tree ($tree bytes) leaves less than 1 MB under CARRY_LIMIT_MB=${CARRY_LIMIT_MB:-64}"

@@ -204,3 +204,15 @@ def test_carry_names_a_missing_or_damaged_part_and_a_tree_too_large(checkout, tm
     assert not (co / "parts").exists()
     r = _carry(co, env | {"CARRY_LIMIT_MB": "1"}, "pack", ".device/c", str(stage / "wheels"))
     assert r.returncode == 1 and "leaves less than 1 MB" in r.stderr, r.stderr
+
+
+def test_carry_counts_only_the_files_that_travel_when_tracked_ones_were_deleted(checkout, tmp_path):
+    # a tree made smaller for the carrying calls (tracked files deleted from the working tree) gets larger parts
+    co, env = checkout
+    stage = tmp_path / "stage"
+    (co / "tracked.bin").unlink()
+    r = _carry(co, env, "pack", ".device/c", str(stage / "wheels"), str(stage / "model.gguf"))
+    assert r.returncode == 0, r.stderr
+    parts = sorted((co / ".device" / "c").glob("part.*"))
+    assert len(parts) == 3 and max(p.stat().st_size for p in parts) > 3_000_000 - 1_000_000 - 200_000, parts
+    assert f"tree {(co / '.gitignore').stat().st_size} bytes" in r.stdout, r.stdout
