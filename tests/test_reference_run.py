@@ -224,3 +224,63 @@ def test_validation_rerenders_byte_identical(tmp_path, monkeypatch):
     points = {(p.parent.parent.name, p.parent.name) for p in cells.glob("*@b*/*/r*.json") if p.parent.name != "vanilla"}
     points = {(w, c) for w, c in points if list((cells / w / "vanilla").glob("r*.json"))}
     assert len(got["advise"]) == len(points)
+
+
+FIDELITY = sorted((ROOT / "results").glob("*/fidelity/**/*.json"))
+
+
+@pytest.mark.parametrize("path", FIDELITY, ids=[p.relative_to(ROOT / "results").as_posix() for p in FIDELITY])
+def test_committed_fidelity_recomputes_from_its_passes(path):
+    """A committed fidelity check: interleaved fresh-engine passes, and its medians, ratio and interval are
+    what stats computes from those passes; docs' table states the verdict at ±3 % from the same numbers."""
+    from specsweep import docs, stats
+
+    d = json.loads(path.read_text())
+    n = d["runs_each"]
+    assert n >= 3 and [p["order"] for p in d["passes"]] == list(range(1, 2 * n + 1))
+    assert [p["side"] for p in d["passes"]] == d["order"]
+    assert all({d["order"][2 * i], d["order"][2 * i + 1]} == {"specsweep", "harness"} for i in range(n))
+    a = [p["output_tok_s"] for p in d["passes"] if p["side"] == "specsweep"]
+    b = [p["output_tok_s"] for p in d["passes"] if p["side"] == "harness"]
+    assert len(a) == len(b) == n
+    for p in d["passes"]:
+        assert p["output_tok_s"] == pytest.approx(p["output_tokens"] / p["elapsed_s"], rel=1e-9)
+    assert d["specsweep_median_tok_s"] == stats.median(a) and d["harness_median_tok_s"] == stats.median(b)
+    assert (d["ratio_of_medians"], d["ratio_lo"], d["ratio_hi"]) == pytest.approx(stats.ratio_ci(a, b), rel=1e-12)
+    assert d["within_goal"] == (0.97 <= d["ratio_of_medians"] <= 1.03)
+    row = next(ln for ln in docs.fidelity_summary(ROOT).splitlines() if d["cell"] + "]" in ln)
+    verdict = stats.verdict(d["ratio_of_medians"], d["ratio_lo"], d["ratio_hi"], band=docs.FIDELITY_BAND)
+    assert f"| {verdict.replace('faster', 'specsweep higher').replace('slower', 'specsweep lower')} |" in row
+
+
+def test_fidelity_summary_states_each_verdict_at_three_percent(tmp_path):
+    from specsweep import docs
+
+    def put(name: str, ratio: float, lo: float, hi: float) -> None:
+        f = tmp_path / "results" / name / "fidelity" / "m" / "code" / "vanilla.json"
+        f.parent.mkdir(parents=True)
+        doc = {
+            "run": name,
+            "cell": f"{name}/code/vanilla",
+            "model_weights": "dummy",
+            "runs_each": 3,
+            "specsweep_median_tok_s": 1000.0 * ratio,
+            "harness_median_tok_s": 1000.0,
+            "specsweep_cv": 0.01,
+            "harness_cv": 0.01,
+            "ratio_of_medians": ratio,
+            "ratio_lo": lo,
+            "ratio_hi": hi,
+            "versions": {"vllm": "0.26.0"},
+        }
+        f.write_text(json.dumps(doc))
+
+    assert "no fidelity check committed" in docs.fidelity_summary(tmp_path)
+    put("eq", 1.01, 0.98, 1.02)
+    put("hi", 1.08, 1.05, 1.11)
+    put("lo", 0.90, 0.85, 0.95)
+    put("und", 1.02, 1.00, 1.04)
+    rows = {ln.split(" | ")[0].lstrip("| "): ln for ln in docs.fidelity_summary(tmp_path).splitlines()[2:]}
+    assert "| equivalent |" in rows["eq"] and "| specsweep higher |" in rows["hi"]
+    assert "| specsweep lower |" in rows["lo"] and "| undecided |" in rows["und"]
+    assert "1.020 [1.000, 1.040]" in rows["und"] and "(../results/und/fidelity/m/code/vanilla.json)" in rows["und"]
