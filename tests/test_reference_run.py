@@ -247,10 +247,9 @@ def test_committed_fidelity_recomputes_from_its_passes(path):
         assert p["output_tok_s"] == pytest.approx(p["output_tokens"] / p["elapsed_s"], rel=1e-9)
     assert d["specsweep_median_tok_s"] == stats.median(a) and d["harness_median_tok_s"] == stats.median(b)
     assert (d["ratio_of_medians"], d["ratio_lo"], d["ratio_hi"]) == pytest.approx(stats.ratio_ci(a, b), rel=1e-12)
-    assert d["within_goal"] == (0.97 <= d["ratio_of_medians"] <= 1.03)
+    assert d["goal"] == [0.97, 1.03] and d["within_goal"] == (0.97 <= d["ratio_of_medians"] <= 1.03)
     row = next(ln for ln in docs.fidelity_summary(ROOT).splitlines() if d["cell"] + "]" in ln)
-    verdict = stats.verdict(d["ratio_of_medians"], d["ratio_lo"], d["ratio_hi"], band=docs.FIDELITY_BAND)
-    assert f"| {verdict.replace('faster', 'specsweep higher').replace('slower', 'specsweep lower')} |" in row
+    assert f"| {docs.fidelity_verdict(d['ratio_of_medians'], d['ratio_lo'], d['ratio_hi'])} |" in row
 
 
 def test_fidelity_summary_states_each_verdict_at_three_percent(tmp_path):

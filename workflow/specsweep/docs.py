@@ -205,32 +205,33 @@ def concurrency_summary(root: Path = ROOT) -> str:
     return "\n".join(head + body)
 
 
-#: The fidelity check's band: specsweep and vLLM's own harness agree when the ratio's interval lies inside 1 ± this.
-FIDELITY_BAND = 0.03
+def fidelity_verdict(ratio: float | None, lo: float | None, hi: float | None) -> str:
+    """VERDICT_RULE's verdict of specsweep over run_vllm at the fixed band stats.FIDELITY_BAND, faster and slower
+    named for what they mean here: "specsweep higher" / "specsweep lower" (than vLLM's own harness)."""
+    v = stats.verdict(ratio, lo, hi, band=stats.FIDELITY_BAND)
+    return v.replace("faster", "specsweep higher").replace("slower", "specsweep lower")
 
 
 def fidelity_summary(root: Path = ROOT) -> str:
     """Every committed fidelity check (results/{run}/fidelity/**.json): specsweep's engine against vLLM's
     run_vllm on one cell, each side's median over its fresh-engine passes, their ratio with its Welch interval
-    on log throughput (stats.ratio_ci) and the verdict of VERDICT_RULE's kind at a fixed ±3 % band. Its links
-    are relative to docs/, where the block lives (docs/running.md)."""
+    on log throughput (stats.ratio_ci) and its verdict (fidelity_verdict). Its links are relative to docs/,
+    where the block lives (docs/running.md)."""
     rows = [
         "| run | cell | weights | engine starts (each side) | specsweep tok/s (CV) | run_vllm tok/s (CV) "
-        "| ratio [95 % interval] | at ±3 % | vLLM |",
+        f"| ratio [95 % interval] | at ±{100 * stats.FIDELITY_BAND:g} % | vLLM |",
         "|---|---|---|---:|---:|---:|---|---|---|",
     ]
     for path in sorted((root / paths.RESULTS).glob("*/fidelity/**/*.json")):
         d = json.loads(path.read_text())
         ratio, lo, hi = d["ratio_of_medians"], d["ratio_lo"], d["ratio_hi"]
-        verdict = stats.verdict(ratio, lo, hi, band=FIDELITY_BAND).replace("faster", "specsweep higher")
-        verdict = verdict.replace("slower", "specsweep lower")
         interval = f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "[–]"
         link = f"[{d['cell']}](../{path.relative_to(root).as_posix()})"  # the block lives in docs/
         rows.append(
             f"| {d['run']} | {link} | {d['model_weights']} | {d['runs_each']} "
             f"| {d['specsweep_median_tok_s']:,.0f} ({100 * d['specsweep_cv']:.1f} %) "
             f"| {d['harness_median_tok_s']:,.0f} ({100 * d['harness_cv']:.1f} %) | {ratio:.3f} {interval} "
-            f"| {verdict} | {d['versions'].get('vllm')} |"
+            f"| {fidelity_verdict(ratio, lo, hi)} | {d['versions'].get('vllm')} |"
         )
     if len(rows) == 2:
         rows.append("| – | no fidelity check committed | – | – | – | – | – | – | – |")

@@ -37,6 +37,8 @@ SEED = 20261130
 LEVEL = 0.95
 #: The equivalence band (a fraction): a speedup within 1 -/+ BAND of 1 is of no practical consequence.
 BAND = 0.03
+#: fidelity (harness.run_fidelity): specsweep's engine and vLLM's run_vllm agree when their ratio lies in 1 ± this
+FIDELITY_BAND = 0.03
 #: The fewest prompts with per-request data for which the prompt bootstrap gives an interval.
 MIN_PROMPTS = 10
 
