@@ -283,3 +283,38 @@ def test_fidelity_summary_states_each_verdict_at_three_percent(tmp_path):
     assert "| equivalent |" in rows["eq"] and "| specsweep higher |" in rows["hi"]
     assert "| specsweep lower |" in rows["lo"] and "| undecided |" in rows["und"]
     assert "1.020 [1.000, 1.040]" in rows["und"] and "(../results/und/fidelity/m/code/vanilla.json)" in rows["und"]
+
+
+def test_pairing_check_reproduces_the_tables_welch_intervals() -> None:
+    """workflow/scripts/pairing-check.py, the diagnostic behind design.md's "why not pair by round", prints the
+    Welch interval the tables hold for every speedup of a committed run, and a paired interval around the same
+    geometric-mean ratio."""
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    tables = ROOT / "results" / "h200-shapes-reference" / "tables"
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "workflow" / "scripts" / "pairing-check.py"), str(tables)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    want = {
+        (r["workload"], r["config"]): r
+        for r in pq.read_table(tables / "speedup.parquet").to_pylist()
+        if r["speedup_lo"] is not None
+    }
+    rows = [line for line in out if line.startswith("qwen2.5-")]
+    assert len(rows) == len(want) == 6
+    for line in rows:
+        _, workload, step, rounds, _corr, _, ratio, wlo, whi, _half, verdict, _, pratio, plo, phi = line.split()[:15]
+        w = want[(workload, step)]
+        assert int(rounds) == 3
+        assert float(ratio) == pytest.approx(w["speedup"], abs=6e-4)
+        assert float(wlo.strip("[,")) == pytest.approx(w["speedup_lo"], abs=6e-4)
+        assert float(whi.strip("]")) == pytest.approx(w["speedup_hi"], abs=6e-4)
+        assert verdict == w["verdict"]
+        assert pratio == ratio and float(plo.strip("[,")) < float(pratio) < float(phi.strip("]"))
+    assert out[-1].startswith("paired interval narrower than Welch's in ") and " of 6 speedups" in out[-1]
