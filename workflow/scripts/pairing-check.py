@@ -38,7 +38,7 @@ def rounds(tables: Path, baseline: str) -> dict[Key, tuple[dict[int, float], dic
     if not path.is_file():
         raise SystemExit(f"pairing-check: {path}: no such file (give a run's tables folder)")
     rows = pq.read_table(path).to_pylist()
-    passes: dict[tuple[str, str, object, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    passes: dict[Key, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["status"] == "ok" and r["output_tok_s"]:
             key = (r["model"], r["workload"], r.get("concurrency"), r["config"])
@@ -52,14 +52,12 @@ def rounds(tables: Path, baseline: str) -> dict[Key, tuple[dict[int, float], dic
     return out
 
 
-def paired_log_ci(pairs: list[tuple[float, float]], level: float = stats.LEVEL) -> tuple[float, float, float] | None:
-    """Geometric-mean ratio and its paired t-interval from (step, baseline) pairs of one round each."""
-    if len(pairs) < 2:
-        return None
-    d = np.log([a for a, _ in pairs]) - np.log([b for _, b in pairs])
-    half = stats.t_quantile(1 - (1 - level) / 2, d.size - 1) * float(d.std(ddof=1)) / math.sqrt(d.size)
-    m = float(d.mean())
-    return math.exp(m), math.exp(m - half), math.exp(m + half)
+def paired_log_ci(pairs: list[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """Geometric-mean ratio and its paired t-interval from (step, baseline) pairs of one round each: the per-round
+    ratios' geometric mean and its t-interval on log values (stats.start_value, stats.cell_ci)."""
+    ratios = [a / b for a, b in pairs]
+    point, (lo, hi) = stats.start_value(ratios), stats.cell_ci(ratios)
+    return None if point is None or lo is None or hi is None else (point, lo, hi)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     narrower = compared = changed = 0
     for (model, workload, conc, step), (reps, base) in cells.items():
+        band = bands.get((model, workload, conc, step))
+        if band is None:
+            continue
         matched = sorted(set(reps) & set(base))
         pairs = [(reps[r], base[r]) for r in matched]
         point, lo, hi = stats.ratio_ci(list(reps.values()), list(base.values()))
@@ -89,9 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         corr = float(np.corrcoef(np.log([a for a, _ in pairs]), np.log([b for _, b in pairs]))[0, 1])
         w_half = math.log(hi / lo) / 2
         p_half = math.log(paired[2] / paired[1]) / 2
-        band = bands.get((model, workload, conc, step))
-        if band is None:
-            continue
         w_verdict, p_verdict = stats.verdict(point, lo, hi, band), stats.verdict(*paired, band)
         compared += 1
         narrower += p_half < w_half
