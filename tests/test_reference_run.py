@@ -43,8 +43,8 @@ RUNS = {
     "h200-smollm2-concurrency": ("config/h200-smollm2-concurrency.yaml", 54),
     # the reference run with the real SmolLM2, every repeat its own engine start: code's ladder and controls
     # (6 cells x 3 engine starts, one boot), chat's ladder (4 x 3, another boot), sonnet's and mix-balanced's
-    # (2 x 4 x 3 on 12 engine starts, a third boot), mix-ch's and mix-sh's rounds 1-2 (15 measurements on 8
-    # engine starts, a fourth boot); their round 3 and mix-sh/trident r2 not measured yet
+    # (2 x 4 x 3 on 12 engine starts, a third boot), mix-ch's and mix-sh's (2 x 4 x 3 on 12 engine starts, a
+    # fifth boot): all 78 measurements
     "h200-reference": ("config/h200-reference.yaml", 26),
     # the reference run at scale: the 7B shape's code-t1 and code-greedy x vanilla, ngram, suffix, vanilla-sync, 3
     # engine starts each in interleaved rounds (one boot); the 32B shape not measured yet
@@ -318,3 +318,28 @@ def test_pairing_check_reproduces_the_tables_welch_intervals() -> None:
         assert verdict == w["verdict"]
         assert pratio == ratio and float(plo.strip("[,")) < float(pratio) < float(phi.strip("]"))
     assert out[-1].startswith("paired interval narrower than Welch's in ") and " of 6 speedups" in out[-1]
+
+
+def test_suffix_drafts_stop_at_12_tokens_at_vllms_defaults() -> None:
+    """vLLM's suffix drafter proposes at most max_spec_factor x the matched prefix, match and draft together at
+    most max_tree_depth tokens: at the defaults (1.0, 24) no draft runs past 12 tokens, whatever
+    num_speculative_tokens says (docs/replay.md). Every committed cell of a suffix step at those defaults
+    accepted nothing past position 12, most accepted something at 12 (the cap binds), and the cells measured
+    with the limits raised (run h200-suffix-depth) accepted past it."""
+    at_defaults: list[int] = []
+    raised: list[int] = []
+    for path in sorted(ROOT.glob("results/*/cells/**/r*.json")):
+        cell = json.loads(path.read_text())
+        spec = cell["settings"]["ladder"].get("speculative") or {}
+        pos = (cell.get("spec") or {}).get("accepted_per_pos") or []
+        if spec.get("method") != "suffix" or not any(pos):
+            continue
+        last = max(i + 1 for i, v in enumerate(pos) if v)
+        limits = (spec.get("suffix_decoding_max_tree_depth", 24), spec.get("suffix_decoding_max_spec_factor", 1.0))
+        if limits == (24, 1.0):
+            assert spec["num_speculative_tokens"] == 32 and last <= 12, (path, last)
+            at_defaults.append(last)
+        else:
+            raised.append(last)
+    assert len(at_defaults) >= 100 and at_defaults.count(12) > len(at_defaults) // 2
+    assert raised and max(raised) > 12
