@@ -206,6 +206,23 @@ def test_footers_state_the_n_the_cells_have():
         assert "n = 1 repeat per cell (3 planned)" in caption and "n = 3" not in caption, stem
 
 
+def test_figure_8_footer_covers_every_model_it_draws():
+    """Figure 8 draws R of every sized model of a run, so its caption's footer names them all, smallest first,
+    with the n of all their cells and each missing cell by model: in h200-fp8-shapes one 32B cell has fewer
+    passes and several are missing, which a footer of the largest model alone left unsaid."""
+    import pyarrow.parquet as pq
+
+    for run in ("h200-shapes", "h200-fp8-shapes", "h200-shapes-reference"):
+        caption = (ROOT / "figures" / run / "captions" / "fig8_r_at_scale.rst").read_text().replace("\\", "")
+        foot = caption.split("\n\n")[-1]
+        rows = pq.read_table(ROOT / "results" / run / "tables" / "cells.parquet").to_pylist()
+        sizes = {r["model"]: r["model_params_b"] for r in rows}
+        assert foot.startswith("Models " + ", ".join(f"**{m}**" for m in sorted(sizes, key=sizes.__getitem__))), run
+        for r in rows:
+            cell = f"{r['model']}/{r['workload']}/{r['config']}"
+            assert (cell in foot) == (not r["n"] or r["n"] < 3), (run, cell)
+
+
 @pytest.mark.slow
 def test_validation_rerenders_byte_identical(tmp_path, monkeypatch):
     """`specsweep validate` (every drafter cell of the real-weight concurrency run replayed from its stored

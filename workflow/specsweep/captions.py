@@ -309,21 +309,23 @@ def captions(
     data = Tables.load(Path(tables), run)
     data.dummy = frozenset(dummy)
 
-    def footer(d: Tables) -> str:
-        """The run's conditions and n, from the cells a caption's figure draws (figure 9: those at a b)."""
-        mine = [c for c in d.cells if c[0] == headline]
+    def footer(d: Tables, models: Sequence[str] = (headline,)) -> str:
+        """The run's conditions and n, from the cells of ``models`` (the headline model, or every model of the
+        run for figure 8, which draws them all; figure 9: the cells at a b)."""
+        mine = [c for c in d.cells if c[0] in models]
         device = next((r["device_name"] for r in d.rows_of(mine) if r.get("device_name")), "unknown device")
+        named = ", ".join(f"**{_e(m)}**" for m in models)
         foot = (
-            f"\n\nModel **{_e(headline)}** on {_e(device)}; {_e(d.n_text(mine, with_replication=False))}, "
-            f"{_e(stats.REPEATS_ARE[d.replication])}: "
+            f"\n\nModel{'s' if len(models) > 1 else ''} {named} on {_e(device)}; "
+            f"{_e(d.n_text(mine, with_replication=False))}, {_e(stats.REPEATS_ARE[d.replication])}: "
             "medians with [95 % intervals over engine starts; none below 2 starts]."
         )
-        missing = [f"{_e(w)}/{_e(c)}" for (_, w, c) in mine if not d.n((headline, w, c))]
-        fewer = [
-            f"{_e(w)}/{_e(c)} (n={d.n((headline, w, c))})"
-            for (_, w, c) in mine
-            if 0 < d.n((headline, w, c)) < d.repeats
-        ]
+
+        def name(c: tuple[str, str, str]) -> str:
+            return "/".join(map(_e, c if len(models) > 1 else c[1:]))
+
+        missing = [name(c) for c in mine if not d.n(c)]
+        fewer = [f"{name(c)} (n={d.n(c)})" for c in mine if 0 < d.n(c) < d.repeats]
         if missing:
             foot += f" Missing or failed cells: {', '.join(missing)}."
         if fewer:
@@ -335,10 +337,11 @@ def captions(
         for stem in drawn_figures(data.concurrency_axis)
         if stem not in set(left_out)
     }
+    sizes = data.model_sizes()  # figure 8's models, smallest first (unsized last, by name)
+    models = tuple(sorted(sizes, key=lambda m: (sizes[m] is None, sizes[m] or 0.0, m))) or (headline,)
+    feet = {CONCURRENCY_FIGURE: footer(data.concurrency()), "fig8_r_at_scale": footer(data, models)}
     foot = footer(data)
-    return {
-        k: check_rst(k, v + (footer(data.concurrency()) if k == CONCURRENCY_FIGURE else foot)) for k, v in out.items()
-    }
+    return {k: check_rst(k, v + feet.get(k, foot)) for k, v in out.items()}
 
 
 def write_captions(
