@@ -345,6 +345,9 @@ def test_suffix_drafts_stop_at_12_tokens_at_vllms_defaults() -> None:
     num_speculative_tokens says (docs/replay.md). Every committed cell of a suffix step at those defaults
     accepted nothing past position 12, most accepted something at 12 (the cap binds), and the cells measured
     with the limits raised (run h200-suffix-depth) accepted past it."""
+    from specsweep.replay import SUFFIX_DEFAULTS
+
+    limit_keys = ("suffix_decoding_max_tree_depth", "suffix_decoding_max_spec_factor")
     at_defaults: list[int] = []
     raised: list[int] = []
     for path in sorted(ROOT.glob("results/*/cells/**/r*.json")):
@@ -354,8 +357,7 @@ def test_suffix_drafts_stop_at_12_tokens_at_vllms_defaults() -> None:
         if spec.get("method") != "suffix" or not any(pos):
             continue
         last = max(i + 1 for i, v in enumerate(pos) if v)
-        limits = (spec.get("suffix_decoding_max_tree_depth", 24), spec.get("suffix_decoding_max_spec_factor", 1.0))
-        if limits == (24, 1.0):
+        if all(spec.get(k, SUFFIX_DEFAULTS[k]) == SUFFIX_DEFAULTS[k] for k in limit_keys):
             assert spec["num_speculative_tokens"] == 32 and last <= 12, (path, last)
             at_defaults.append(last)
         else:

@@ -337,11 +337,17 @@ def captions(
         for stem in drawn_figures(data.concurrency_axis)
         if stem not in set(left_out)
     }
-    sizes = data.model_sizes()  # figure 8's models, smallest first (unsized last, by name)
-    models = tuple(sorted(sizes, key=lambda m: (sizes[m] is None, sizes[m] or 0.0, m))) or (headline,)
-    feet = {CONCURRENCY_FIGURE: footer(data.concurrency()), "fig8_r_at_scale": footer(data, models)}
     foot = footer(data)
-    return {k: check_rst(k, v + feet.get(k, foot)) for k, v in out.items()}
+
+    def foot_of(stem: str) -> str:
+        """Figure 9's footer from the cells at a b, figure 8's from every model it draws (smallest first)."""
+        if stem == CONCURRENCY_FIGURE:
+            return footer(data.concurrency())
+        if stem == "fig8_r_at_scale":
+            return footer(data, tuple(data.models()) or (headline,))
+        return foot
+
+    return {k: check_rst(k, v + foot_of(k)) for k, v in out.items()}
 
 
 def write_captions(
