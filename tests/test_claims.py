@@ -265,6 +265,24 @@ def test_c6_states_the_split_of_smaller_models_as_context_only():
     assert "of which" not in c6["evidence"], c6["evidence"]
 
 
+def test_c6_states_the_split_of_r_full_beside_it():
+    """Random weights accepting every draft (R_full) decide nothing, but where vanilla-sync ran, its split shows
+    how much of R_full is the engine's (async scheduling off) and how much is drafting and verifying."""
+    study = build_study(yaml.safe_load((ROOT / "config/h200-shapes-reference.yaml").read_text()))
+    m, w = "qwen2.5-32b-instruct", "code-greedy"
+    rows = _split_rows(m, w, 1.12, 2.6)
+    full = _sp(32.0, "ngram", "ngram", "faster", 1.05, model=m, workload=w, K=7.2, R_decode=2.91)
+    full |= {"R_decode_lo": 2.8, "R_decode_hi": 3.0}
+    c6 = _by_id(claims.decide(study, [], [full], rows))["C6"]
+    ev = c6["evidence"]
+    assert c6["verdict"] == "not covered by this run" and c6["cells"] == [], c6
+    assert f"(R_full): {m}/{w}/ngram 2.91 [2.80, 3.00] = async off 1.12 [" in ev, ev
+    assert "× drafting 2.60 [" in ev and "(vanilla-sync) (K 7.20)" in ev, ev
+    # without the control's cells, R_full alone
+    ev = _by_id(claims.decide(study, [], [full], []))["C6"]["evidence"]
+    assert "async off" not in ev and "(K 7.20)" in ev, ev
+
+
 def _spec_cell(model: str, workload: str, k: float, k_lo: float | None, pos: list[int], drafts: int, dtok: int):
     k_hi = None if k_lo is None else k + (k - k_lo)
     row = _cell(model, workload, "ngram", method="ngram", K_median=k, K_lo=k_lo, K_hi=k_hi)

@@ -656,7 +656,8 @@ def _c6(
                 small_split.append(f"{label}{split}")
             continue
         if s["model"] in dummy and s["K"] is not None and s["K"] > R0_MAX_K:
-            context.append(f"{label} (K {s['K']:.2f})")  # random weights accepting nearly every draft: R_full
+            # random weights accepting nearly every draft: R_full, with the control's split where it ran
+            context.append(f"{label}{split_of(s, metric)} (K {s['K']:.2f})")
             continue
         if lo is None or hi is None:
             d = "undecided"
