@@ -47,8 +47,8 @@ RUNS = {
     # fifth boot): all 78 measurements
     "h200-reference": ("config/h200-reference.yaml", 26),
     # the reference run at scale: the 7B shape's code-t1 and code-greedy x vanilla, ngram, suffix, vanilla-sync, 3
-    # engine starts each in interleaved rounds (one boot); the 32B shape's code-t1 likewise (another boot), its
-    # code-greedy not measured yet
+    # engine starts each in interleaved rounds (one boot); the 32B shape's code-t1 likewise (another boot), and
+    # its code-greedy (a third boot): all 48 measurements
     "h200-shapes-reference": ("config/h200-shapes-reference.yaml", 16),
     # suffix's draft limit: vanilla and suffix-deep (tree depth 64) on chat and code, round 1 of 3 only (one engine
     # start each, one boot); the default suffix step not measured yet
