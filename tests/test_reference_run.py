@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT
@@ -210,8 +211,6 @@ def test_figure_8_footer_covers_every_model_it_draws():
     """Figure 8 draws R of every sized model of a run, so its caption's footer names them all, smallest first,
     with the n of all their cells and each missing cell by model: in h200-fp8-shapes one 32B cell has fewer
     passes and several are missing, which a footer of the largest model alone left unsaid."""
-    import pyarrow.parquet as pq
-
     for run in ("h200-shapes", "h200-fp8-shapes", "h200-shapes-reference"):
         caption = (ROOT / "figures" / run / "captions" / "fig8_r_at_scale.rst").read_text().replace("\\", "")
         foot = caption.split("\n\n")[-1]
@@ -309,8 +308,6 @@ def test_pairing_check_reproduces_the_tables_welch_intervals() -> None:
     geometric-mean ratio."""
     import subprocess
     import sys
-
-    import pyarrow.parquet as pq
 
     tables = ROOT / "results" / "h200-shapes-reference" / "tables"
     out = subprocess.run(

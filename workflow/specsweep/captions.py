@@ -23,6 +23,7 @@ from .view import (
     FIGURES,
     HEADLINE_STEP,
     K_ALPHA_WORKLOADS,
+    R_AT_SCALE_FIGURE,
     SPEC_METHODS,
     Tables,
     Val,
@@ -333,7 +334,7 @@ def captions(
         return foot
 
     out: dict[str, Any] = {
-        stem: _fig8(data, headline, r_runs) if stem == "fig8_r_at_scale" else _CAPTIONS[stem](data, headline)
+        stem: _fig8(data, headline, r_runs) if stem == R_AT_SCALE_FIGURE else _CAPTIONS[stem](data, headline)
         for stem in drawn_figures(data.concurrency_axis)
         if stem not in set(left_out)
     }
@@ -343,7 +344,7 @@ def captions(
         """Figure 9's footer from the cells at a b, figure 8's from every model it draws (smallest first)."""
         if stem == CONCURRENCY_FIGURE:
             return footer(data.concurrency())
-        if stem == "fig8_r_at_scale":
+        if stem == R_AT_SCALE_FIGURE:
             return footer(data, tuple(data.models()) or (headline,))
         return foot
 

@@ -35,6 +35,8 @@ FIGURES: tuple[str, ...] = (
 #: Drawn only for a run with a concurrency axis (a workload measured at concurrencies b); left out of the
 #: others' figures and named in their manifest's ``left_out``.
 CONCURRENCY_FIGURE = "fig9_concurrency"
+#: Draws R of every sized model of a run (and of the runs in ``r_at_scale_runs``), not the headline model's alone.
+R_AT_SCALE_FIGURE = "fig8_r_at_scale"
 
 
 def drawn_figures(concurrency_axis: bool) -> tuple[str, ...]:
@@ -394,10 +396,10 @@ def left_out_by_config(study: Any) -> dict[str, str]:
     if not workloads & set(K_ALPHA_WORKLOADS):
         out.setdefault("fig4_k_alpha", f"none of the workloads {', '.join(K_ALPHA_WORKLOADS)} for the headline model")
     if not any(st.method in SPEC_METHODS for st in study.ladder.values()):
-        out.setdefault("fig8_r_at_scale", f"no ladder step with method {' or '.join(SPEC_METHODS)}")
+        out.setdefault(R_AT_SCALE_FIGURE, f"no ladder step with method {' or '.join(SPEC_METHODS)}")
     if study.repeats < 2 and not study.raw.get("r_at_scale_runs"):
         # figure 8 draws no R from a single repeat, and this run's R can come from nothing else
-        out.setdefault("fig8_r_at_scale", "R only from single repeats (the run has repeats: 1)")
+        out.setdefault(R_AT_SCALE_FIGURE, "R only from single repeats (the run has repeats: 1)")
     return {stem: out[stem] for stem in FIGURES if stem in out}
 
 
