@@ -352,7 +352,7 @@ def test_tables_never_pair_dummy_with_real_weights():
 
 
 def test_profiles_h200_shapes_and_preflight():
-    shapes = load_study(ROOT / "config" / "h200-shapes.yaml")
+    shapes = load_study(ROOT / "results" / "h200-shapes" / "config.yaml")
     assert shapes.run == "h200-shapes" and shapes.device == "gpu"
     assert {m.name for m in shapes.models.values()} == {
         "qwen2.5-0.5b-instruct",
@@ -369,13 +369,13 @@ def test_profiles_h200_shapes_and_preflight():
     for m in shapes.models.values():
         assert shapes.engine["max_model_len"] <= arch.load_architecture(m.architecture)["max_position_embeddings"]
     # the 70B/72B shapes at TP 2: the same measurement in every other respect, so R lines up across sizes
-    small = yaml.safe_load((ROOT / "config" / "h200-shapes.yaml").read_text())
+    small = yaml.safe_load((ROOT / "results" / "h200-shapes" / "config.yaml").read_text())
     runs_apart = {"run", "headline_model", "models", "groups", "r_at_scale_runs"}  # what names a run and its sizes
 
     def differs(other: dict) -> set[str]:
         return {k for k in other.keys() | small.keys() if other.get(k) != small.get(k)}
 
-    big = yaml.safe_load((ROOT / "config" / "h200x2-shapes.yaml").read_text())
+    big = yaml.safe_load((ROOT / "results" / "h200x2-shapes" / "config.yaml").read_text())
     assert differs(big) == runs_apart | {"engine"}
     # ... and the engine differs only by the all-reduce, which the two-GPU H200 machine measured needs from NCCL
     assert big["engine"] == small["engine"] | {"disable_custom_all_reduce": True}
@@ -383,9 +383,9 @@ def test_profiles_h200_shapes_and_preflight():
         ("llama-3.3-70b-instruct", 2),
         ("qwen2.5-72b-instruct", 2),
     ]
-    assert len(load_study(ROOT / "config" / "h200x2-shapes.yaml").cells) == 12
+    assert len(load_study(ROOT / "results" / "h200x2-shapes" / "config.yaml").cells) == 12
     # the fp8 run on one H200: the same measurement but for fp8 weights (the 72B shape fits one H200 so)
-    fp8 = yaml.safe_load((ROOT / "config" / "h200-fp8-shapes.yaml").read_text())
+    fp8 = yaml.safe_load((ROOT / "results" / "h200-fp8-shapes" / "config.yaml").read_text())
     assert differs(fp8) == runs_apart
     assert [(m["architecture"], m["tp"], m["quantization"]) for m in fp8["models"]] == [
         ("qwen2.5-72b-instruct", 1, "fp8"),

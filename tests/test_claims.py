@@ -15,8 +15,8 @@ from specsweep import claims, stats, tables
 from specsweep.config import build_study
 
 
-def _study(config: str = "h200.yaml", **over):
-    cfg = yaml.safe_load((ROOT / "config" / config).read_text())
+def _study(config: str = "results/h200-smollm2/config.yaml", **over):
+    cfg = yaml.safe_load((ROOT / config).read_text())
     params_b = over.pop("params_b", None)
     if params_b is not None:
         cfg["models"][0]["params_b"] = params_b
@@ -181,7 +181,7 @@ def test_family_wise_refutation_keeps_its_error_rate():
 def test_random_weights_give_the_true_reason():
     """Dummy-weight cells exist but say nothing about acceptance or speedup: the reason says so, not 'no such
     cells'."""
-    study = build_study(yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text()))
+    study = build_study(yaml.safe_load((ROOT / "results/h200-shapes/config.yaml").read_text()))
     row = _sp(7.0, "ngram", "ngram", "slower", 0.5, model="qwen2.5-7b-instruct", R_decode=5.6)
     spec = _cell("qwen2.5-7b-instruct", "code-t1", "suffix", K_median=1.0, drafts=100, draft_tokens=3200)
     spec |= {"accepted_per_pos": [0] * 32}
@@ -217,7 +217,9 @@ def test_c6_decides_from_32b_and_up_only_and_r0_of_random_weights():
     straddles = inside | {"R_decode_lo": 1.2}
     assert _by_id(claims.decide(study, [], [straddles], []))["C6"]["verdict"] == "undecided"
     # random weights: R_full (drafts accepted, K > 1.05) is context, never a verdict; R0 decides
-    shapes = build_study(yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text()) | {"engine_per_repeat": True})
+    shapes = build_study(
+        yaml.safe_load((ROOT / "results/h200-shapes/config.yaml").read_text()) | {"engine_per_repeat": True}
+    )
     m32 = "qwen2.5-32b-instruct"
     r0 = _sp(32.0, "ngram", "ngram", "slower", 0.9, model=m32, workload="code-t1", R_decode=1.3, R_decode_lo=1.26)
     r0 |= {"R_decode_hi": 1.38}
@@ -268,7 +270,7 @@ def test_c6_states_the_split_of_smaller_models_as_context_only():
 def test_c6_states_the_split_of_r_full_beside_it():
     """Random weights accepting every draft (R_full) decide nothing, but where vanilla-sync ran, its split shows
     how much of R_full is the engine's (async scheduling off) and how much is drafting and verifying."""
-    study = build_study(yaml.safe_load((ROOT / "config/h200-shapes-reference.yaml").read_text()))
+    study = build_study(yaml.safe_load((ROOT / "results/h200-shapes-reference/config.yaml").read_text()))
     m, w = "qwen2.5-32b-instruct", "code-greedy"
     rows = _split_rows(m, w, 1.12, 2.6)
     full = _sp(32.0, "ngram", "ngram", "faster", 1.05, model=m, workload=w, K=7.2, R_decode=2.91)

@@ -303,7 +303,7 @@ def test_random_weights_draw_no_figure_about_acceptance(paper_tables, tmp_path):
     tables_dir, study = paper_tables
     m = render_all(tables_dir, tmp_path / "f", study.raw["headline_model"], study.run, dummy=set(study.models))
     assert {"fig5_model_size", "fig7_k_predicted"} <= set(m["left_out"])
-    shapes = load_study(ROOT / "config" / "h200-shapes.yaml")
+    shapes = load_study(ROOT / "results" / "h200-shapes" / "config.yaml")
     left = left_out_by_config(shapes)
     assert list(left) == list(FIGURES[:-1]) and planned_figures(shapes) == ["fig8_r_at_scale"]
     assert all("random weights" in why for why in left.values())

@@ -581,7 +581,10 @@ def test_workload_too_large_for_memory():
 
 
 def test_shipped_configs_still_load():
-    for path in sorted((ROOT / "config").glob("*.yaml")):
+    """Every config a user starts from (config/*.yaml) and every committed run's (results/*/config.yaml)."""
+    shipped = sorted((ROOT / "config").glob("*.yaml")) + sorted((ROOT / "results").glob("*/config.yaml"))
+    assert len(shipped) > 12
+    for path in shipped:
         assert load_study(path).cells, path
 
 
@@ -1100,7 +1103,7 @@ def test_tables_name_a_cell_edited_since_its_archived_write(tmp_path):
     results = tmp_path / "results"
     for part in ("cells", "archive"):
         shutil.copytree(H200_RUN / part, results / "h200-smollm2" / part)
-    study = load_study(ROOT / "config" / "h200.yaml")
+    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
     assert build_tables(study, results, tmp_path / "ok")["cells"] == 30  # every cell is its archived write
     forged = results / "h200-smollm2" / "cells" / "smollm2-135m-instruct" / "code" / "ngram" / "r1.json"
     doc = json.loads(forged.read_text())
@@ -1148,7 +1151,7 @@ def test_status_names_figures_drawn_from_other_tables(tmp_path):
     kill between the two steps) are named by `specsweep status`; so is a table truncated since."""
     from specsweep import status
 
-    study = load_study(ROOT / "config" / "h200.yaml")
+    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
     tables, figures = _committed_outputs(tmp_path)
     drawn = json.loads((figures / "manifest.json").read_text())["tables_manifest_sha256"]
     assert drawn == sha256_file(tables / "MANIFEST.json")  # the committed figures name their tables
@@ -1186,7 +1189,7 @@ def test_failed_render_keeps_the_last_good_figures(tmp_path):
     proc = snakemake(
         tmp_path,
         "--configfile",
-        str(ROOT / "config" / "h200.yaml"),
+        str(ROOT / "results" / "h200-smollm2" / "config.yaml"),
         "--cores",
         "1",
         "--allowed-rules",

@@ -165,7 +165,7 @@ def test_static_refusal_reads_heads_positions_and_rope(smoke_cfg, sonnet, smollm
 
 
 def test_committed_preflight_report_rerenders(tmp_path):
-    """The committed preflight of the paper config on one H200 (docs/runs/preflight.md): its report is a function
+    """The committed preflight of the paper config on one H200 (results/preflight/README.md): its report is a function
     of the committed verdicts, re-rendered byte-identical here without a GPU."""
     from specsweep.config import load_study
     from specsweep.preflight import report

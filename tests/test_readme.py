@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import yaml
+
 from conftest import ROOT
 from specsweep import docs
 
@@ -53,9 +55,11 @@ def test_readme_is_a_user_guide():
 
 
 def test_every_committed_run_has_a_page_and_a_row():
-    """A run with committed tables (or preflight verdicts) has docs/runs/<run>.md and a row in the README's
-    generated table of committed results, which links the page and the run's claims or report. Committed:
-    tracked by git, so a user's own run (`make demo` writes results/smoke) is not asked for a page."""
+    """A committed run is one folder: a run with committed tables (or preflight verdicts) has its page
+    results/<run>/README.md and the config it ran, results/<run>/config.yaml (whose `run:` is the folder's
+    name), and a row in the README's generated table of committed results, which links the page and the run's
+    claims or report. Committed: tracked by git, so a user's own run (`make demo` writes results/smoke) is not
+    asked for a page."""
     tracked = subprocess.run(
         ["git", "ls-files", "results/*/tables/claims.md", "results/*/preflight/report.md"],
         cwd=ROOT,
@@ -67,12 +71,13 @@ def test_every_committed_run_has_a_page_and_a_row():
     assert runs
     summary = docs.runs_summary(ROOT)
     for run in runs:
-        page = ROOT / "docs" / "runs" / f"{run}.md"
-        assert page.is_file(), f"no page docs/runs/{run}.md"
+        page, config = ROOT / "results" / run / "README.md", ROOT / "results" / run / "config.yaml"
+        assert page.is_file(), f"no page results/{run}/README.md"
         assert f"<!-- generated: results/{run}/" in page.read_text(), (
-            f"docs/runs/{run}.md: no generated block of its tables"
+            f"results/{run}/README.md: no generated block of its tables"
         )
-        row = next((ln for ln in summary.splitlines() if f"[{run}](docs/runs/{run}.md)" in ln), None)
+        assert yaml.safe_load(config.read_text())["run"] == run, f"results/{run}/config.yaml: not run {run}"
+        row = next((ln for ln in summary.splitlines() if f"[{run}](results/{run}/README.md)" in ln), None)
         assert row and "not committed yet" not in row, run
         assert f"(results/{run}/tables/claims.md)" in row or f"(results/{run}/preflight/report.md)" in row, row
     assert "<!-- generated: specsweep.docs.runs_summary() -->" in (ROOT / "README.md").read_text()
@@ -107,9 +112,8 @@ def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
     import pyarrow.parquet as pq
 
     for run in ("conc", "plain"):
-        (tmp_path / "docs" / "runs").mkdir(parents=True, exist_ok=True)
-        (tmp_path / "docs" / "runs" / f"{run}.md").write_text(f"# {run}\n")
         (tmp_path / "results" / run / "tables").mkdir(parents=True)
+        (tmp_path / "results" / run / "README.md").write_text(f"# {run}\n")
     t = tmp_path / "results" / "conc" / "tables"
 
     def sp(w, c, s, v):

@@ -26,34 +26,34 @@ from specsweep.view import (
 #: committed runs: config, cells in the tables, what the run holds
 RUNS = {
     # part 1 of the H200 run: repeat 1 of vanilla and ngram on all six workloads (12 measurements)
-    "h200-smollm2": ("config/h200.yaml", 30),
+    "h200-smollm2": ("results/h200-smollm2/config.yaml", 30),
     # R at scale: four Qwen2.5 shapes x 2 workloads x 3 ladder steps
-    "h200-shapes": ("config/h200-shapes.yaml", 24),
+    "h200-shapes": ("results/h200-shapes/config.yaml", 24),
     # R at scale on two GPUs: the 70B and 72B shapes at TP 2 (72B not yet measured); figure 8 adds h200-shapes
-    "h200x2-shapes": ("config/h200x2-shapes.yaml", 12),
+    "h200x2-shapes": ("results/h200x2-shapes/config.yaml", 12),
     # the 72B shape in fp8 on one H200, and the 32B shape in fp8 beside it (32B's spec cells mostly unmeasured)
-    "h200-fp8-shapes": ("config/h200-fp8-shapes.yaml", 12),
+    "h200-fp8-shapes": ("results/h200-fp8-shapes/config.yaml", 12),
     # concurrency: the 8B shape at b = 1..256 on code-t1/code-greedy, 3 engine starts per ladder step (the cells
     # of all prompts at once were not measured)
-    "h200-concurrency": ("config/h200-concurrency.yaml", 48),
+    "h200-concurrency": ("results/h200-concurrency/config.yaml", 48),
     # the same at the 32B shape, vanilla/ngram/suffix: code-greedy and code-t1 (3 engine starts per ladder step,
     # each workload on one boot; code-t1@b256/vanilla has 2)
-    "h200-concurrency-32b": ("config/h200-concurrency-32b.yaml", 30),
+    "h200-concurrency-32b": ("results/h200-concurrency-32b/config.yaml", 30),
     # concurrency with the real SmolLM2: code at b = 1..256 with 3 engine starts per ladder step, sonnet with 1-2,
     # chat at b = 1 and 256 with 2-3; chat's other b and the cells of all prompts at once not measured
-    "h200-smollm2-concurrency": ("config/h200-smollm2-concurrency.yaml", 54),
+    "h200-smollm2-concurrency": ("results/h200-smollm2-concurrency/config.yaml", 54),
     # the reference run with the real SmolLM2, every repeat its own engine start: code's ladder and controls
     # (6 cells x 3 engine starts, one boot), chat's ladder (4 x 3, another boot), sonnet's and mix-balanced's
     # (2 x 4 x 3 on 12 engine starts, a third boot), mix-ch's and mix-sh's (2 x 4 x 3 on 12 engine starts, a
     # fifth boot): all 78 measurements
-    "h200-reference": ("config/h200-reference.yaml", 26),
+    "h200-reference": ("results/h200-reference/config.yaml", 26),
     # the reference run at scale: the 7B shape's code-t1 and code-greedy x vanilla, ngram, suffix, vanilla-sync, 3
     # engine starts each in interleaved rounds (one boot); the 32B shape's code-t1 likewise (another boot), and
     # its code-greedy (a third boot): all 48 measurements
-    "h200-shapes-reference": ("config/h200-shapes-reference.yaml", 16),
+    "h200-shapes-reference": ("results/h200-shapes-reference/config.yaml", 16),
     # suffix's draft limit: vanilla and suffix-deep (tree depth 64) on chat and code, round 1 of 3 only (one engine
     # start each, one boot); the default suffix step not measured yet
-    "h200-suffix-depth": ("config/h200-suffix-depth.yaml", 6),
+    "h200-suffix-depth": ("results/h200-suffix-depth/config.yaml", 6),
 }
 
 
@@ -109,7 +109,7 @@ def test_figure_8_draws_r_of_both_shape_runs(tmp_path):
     from specsweep.errors import SpecsweepError
     from specsweep.view import Tables, r_series
 
-    study = load_study(ROOT / "config" / "h200x2-shapes.yaml")
+    study = load_study(ROOT / "results" / "h200x2-shapes" / "config.yaml")
     tables = ROOT / "results" / "h200x2-shapes" / "tables"
     others = load_r_runs(study.raw, tables)
     assert [d.run for d in others] == ["h200-shapes"]
@@ -142,7 +142,7 @@ def test_figure_8_keeps_fp8_sizes_on_lines_of_their_own():
     ngram pass), naming it in the notes."""
     from specsweep.view import Tables, r_series
 
-    study = load_study(ROOT / "config" / "h200-fp8-shapes.yaml")
+    study = load_study(ROOT / "results" / "h200-fp8-shapes" / "config.yaml")
     tables = ROOT / "results" / "h200-fp8-shapes" / "tables"
     data = Tables.load(tables, study.run)
     assert data.quantization("qwen2.5-72b-instruct") == "fp8"
@@ -166,7 +166,7 @@ def test_random_weight_runs_draw_only_what_random_weights_measure():
     """The shape runs (every model `weights: dummy`) draw figure 8 (R) only; the manifest names every figure
     left out with the reason, and Snakemake's list of figures is the same."""
     for run in ("h200-shapes", "h200x2-shapes", "h200-fp8-shapes"):
-        study = load_study(ROOT / "config" / f"{run}.yaml")
+        study = load_study(ROOT / "results" / run / "config.yaml")
         assert planned_figures(study) == ["fig8_r_at_scale"]
         manifest = json.loads((ROOT / "figures" / run / "manifest.json").read_text())
         assert list(manifest["figures"]) == ["fig8_r_at_scale"]

@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, snakemake
 
 RUN = "h200-smollm2"
-CONFIG = ROOT / "config" / "h200.yaml"
+CONFIG = ROOT / "results" / "h200-smollm2" / "config.yaml"
 CELLS = ROOT / "results" / RUN / "cells"
 MODEL = "smollm2-135m-instruct"
 

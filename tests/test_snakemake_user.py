@@ -121,7 +121,7 @@ def test_light_python_has_the_light_env_and_nothing_else(light_bin):
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
     """A copy of the repository at another path (with a space in it), never pip-installed, holding the
-    committed H200 cells and the .test/ config."""
+    committed H200 run (its config, cells and tables) and the .test/ config."""
     dest = tmp_path_factory.mktemp("user") / "plain checkout"
     dest.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", ".snakemake")
@@ -131,6 +131,7 @@ def checkout(tmp_path_factory) -> Path:
     shutil.copytree(ROOT / ".test" / "config", dest / ".test" / "config")
     for part in ("cells", "tables"):
         shutil.copytree(ROOT / "results" / "h200-smollm2" / part, dest / "results" / "h200-smollm2" / part)
+    shutil.copy2(ROOT / "results" / "h200-smollm2" / "config.yaml", dest / "results" / "h200-smollm2")
     init = dest / "workflow" / "specsweep" / "__init__.py"
     init.write_text(init.read_text() + MARKER)
     return dest
@@ -228,7 +229,7 @@ def test_plain_checkout_runs_light_jobs_for_real(checkout, light_bin, tmp_path):
 def h200_figures(checkout, light_bin, tmp_path_factory) -> Path:
     """`snakemake figures` on the committed H200 cells in the copy: tables and figures made by light jobs."""
     log = tmp_path_factory.mktemp("h200") / "imports.log"
-    snakemake_in(checkout, user_env(light_bin, log), "figures", "--configfile", "config/h200.yaml")
+    snakemake_in(checkout, user_env(light_bin, log), "figures", "--configfile", "results/h200-smollm2/config.yaml")
     return log
 
 
@@ -477,7 +478,9 @@ def test_report_captions_live_in_workflow_report():
 @pytest.mark.slow
 def test_report_of_the_reference_run_holds_descriptions_and_numbers(checkout, light_bin, h200_figures, tmp_path):
     env = user_env(light_bin, tmp_path / "imports.log")
-    snakemake_in(checkout, env, "--configfile", "config/h200.yaml", "--report", str(tmp_path / "report.html"))
+    snakemake_in(
+        checkout, env, "--configfile", "results/h200-smollm2/config.yaml", "--report", str(tmp_path / "report.html")
+    )
     html = (tmp_path / "report.html").read_text()
     assert "specsweep measures vLLM" in html and "<strong>h200-smollm2</strong>" in html  # workflow.rst
     manifest = json.loads((ROOT / "figures" / "h200-smollm2" / "manifest.json").read_text())

@@ -20,7 +20,15 @@ FAILED = "smollm2-135m-instruct/code/suffix/r1"
 
 def status(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, "-m", "specsweep.cli", "status", "--config", str(ROOT / "config" / "h200.yaml"), *args],
+        [
+            sys.executable,
+            "-m",
+            "specsweep.cli",
+            "status",
+            "--config",
+            str(ROOT / "results" / "h200-smollm2" / "config.yaml"),
+            *args,
+        ],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -24,11 +24,11 @@ PANDAS_DTYPE = {
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory):
-    """`specsweep tables --config config/h200.yaml --out <tmp>` on the committed cells (12 of 90 measured)."""
+    """`specsweep tables --config results/h200-smollm2/config.yaml --out <tmp>` on the committed cells (12 of 90 measured)."""
     out = tmp_path_factory.mktemp("tables")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(ROOT)
-        assert cli.main(["tables", "--config", "config/h200.yaml", "--out", str(out)]) == 0
+        assert cli.main(["tables", "--config", "results/h200-smollm2/config.yaml", "--out", str(out)]) == 0
     return out
 
 

@@ -223,7 +223,7 @@ def test_shared_engine_repeats_and_per_workload_temperature():
     from specsweep.engine import engine_identity, engine_key
     from specsweep.jsonio import sha256_obj
 
-    study = build_study(yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text()))
+    study = build_study(yaml.safe_load((ROOT / "results/h200-shapes/config.yaml").read_text()))
     order = study.schedule()
     assert len(order) == len(study.cells) * study.repeats == 72
     keys = [engine_key(engine_identity(study, c, "/m", r)) for c, r in order]
@@ -255,7 +255,7 @@ def test_model_quantization_reaches_vllm_and_spares_earlier_cells():
     keeps the settings (and so the config_sha256) its cells were measured with; a bad name is one line."""
     from specsweep.engine import engine_identity, engine_key, engine_kwargs
 
-    cfg = yaml.safe_load((ROOT / "config/h200-shapes.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "results/h200-shapes/config.yaml").read_text())
     plain = build_study(cfg)
     c = plain.cell("qwen2.5-32b-instruct", "code-t1", "ngram")
     assert "quantization" not in plain.cell_settings(c)["model"]
@@ -282,7 +282,7 @@ def test_suffix_drafter_settings_reach_vllm_and_the_replay():
     from specsweep.engine import engine_identity, engine_key, engine_kwargs
     from specsweep.replay import Drafter
 
-    cfg = yaml.safe_load((ROOT / "config/h200-reference.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "results/h200-reference/config.yaml").read_text())
     deep = {"suffix_decoding_max_tree_depth": 64, "suffix_decoding_max_spec_factor": 2.0}
     cfg["ladder"]["suffix-deep"] = {
         **cfg["ladder"]["suffix"],

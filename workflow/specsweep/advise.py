@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from . import paths
 from .errors import SpecsweepError
 from .jsonio import read_json
 
@@ -32,9 +33,11 @@ ASSUMES = (
 
 
 def _configs_measuring(model: str, method: str, config_dir: Path) -> list[str]:
-    """The study configs whose matrix holds this model with a ladder step of this method."""
+    """The study configs whose matrix holds this model with a ladder step of this method: those a user starts
+    from (config_dir) and those of the committed runs beside it (results/{run}/config.yaml)."""
     found = []
-    for path in sorted(Path(config_dir).glob("*.yaml")):
+    runs = sorted((Path(config_dir).parent / paths.RESULTS).glob("*/config.yaml"))
+    for path in sorted(Path(config_dir).glob("*.yaml")) + runs:
         try:
             raw = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError):

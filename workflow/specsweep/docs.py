@@ -1,6 +1,6 @@
 """The documentation's generated parts, never typed by hand.
 
-A Markdown file (README.md, docs/**/*.md) holds generated blocks:
+A Markdown file (README.md, docs/**/*.md, results/{run}/README.md) holds generated blocks:
 
     <!-- generated: results/h200-shapes/tables/readme.md -->
     ...the file's text...
@@ -11,9 +11,10 @@ A Markdown file (README.md, docs/**/*.md) holds generated blocks:
     <!-- end generated -->
 
 `python -m specsweep.docs` rewrites every block from its source; `--check` only lists the stale ones (exit 1);
-tests/test_readme.py fails on any. The README's table of committed runs is `runs_summary`: one row per page
-in docs/runs/, its numbers read from the run's committed tables (a page whose run has no committed tables
-yet gets a row that says so).
+tests/test_readme.py fails on any. A committed run is one folder, results/{run}/, holding its config.yaml (the
+config it ran), its README.md (the run's page) and what it measured; the README's table of committed runs is
+`runs_summary`: one row per run page, its numbers read from the run's committed tables (a page whose run has
+no committed tables yet gets a row that says so).
 """
 
 from __future__ import annotations
@@ -32,16 +33,17 @@ from . import claims, crossover, paths, stats
 ROOT = Path(__file__).resolve().parents[2]
 #: A block; an empty one (its end marker on the next line) matches too, so that it is filled, not skipped.
 BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)\n?(<!-- end generated -->)", re.S)
-RUN_PAGES = "docs/runs"
-#: Run pages that are not runs.
-NOT_RUNS = ("README",)
+#: A committed run's page and the config it ran, in its folder results/{run}/.
+RUN_PAGE = "README.md"
+RUN_CONFIG = "config.yaml"
 #: Above this many models a row names the count, not the list.
 MAX_NAMED_MODELS = 4
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
-    """The files whose generated blocks are kept in sync: README.md and every Markdown file under docs/."""
-    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    """The files whose generated blocks are kept in sync: README.md, every Markdown file under docs/ and every
+    run page (results/{run}/README.md)."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md")), *run_pages(root).values()]
 
 
 def blocks(text: str) -> list[tuple[str, str]]:
@@ -80,14 +82,14 @@ def refresh(root: Path = ROOT) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------- generators
+def run_pages(root: Path = ROOT) -> dict[str, Path]:
+    """Run name -> its page, results/{run}/README.md, for every run folder that has one."""
+    return {p.parent.name: p for p in sorted((root / paths.RESULTS).glob(f"*/{RUN_PAGE}"))}
+
+
 def run_configs(root: Path = ROOT) -> dict[str, Path]:
-    """Run name -> the config file under config/ that names it (`run:`)."""
-    out: dict[str, Path] = {}
-    for path in sorted((root / "config").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        if isinstance(doc, dict) and isinstance(doc.get("run"), str):
-            out.setdefault(doc["run"], path)
-    return out
+    """Run name -> the config it ran, results/{run}/config.yaml, for every run folder that has one."""
+    return {p.parent.name: p for p in sorted((root / paths.RESULTS).glob(f"*/{RUN_CONFIG}"))}
 
 
 def measures(config: Path) -> str:
@@ -102,7 +104,7 @@ def measures(config: Path) -> str:
 
 
 def _pages(root: Path) -> list[str]:
-    return sorted(p.stem for p in (root / RUN_PAGES).glob("*.md") if p.stem not in NOT_RUNS)
+    return sorted(run_pages(root))
 
 
 def _models(names: list[str], dummy: bool) -> str:
@@ -118,7 +120,7 @@ def _column(path: Path, name: str) -> list:
 
 def _row(root: Path, run: str, config: Path | None) -> str:
 
-    page = f"[{run}]({RUN_PAGES}/{run}.md)"
+    page = f"[{run}]({paths.RESULTS}/{run}/{RUN_PAGE})"
     what = measures(config) if config else ""
     cfg = yaml.safe_load(config.read_text()) if config else {}
     dummy = bool(cfg.get("models")) and all(m.get("weights") == "dummy" for m in cfg["models"])
@@ -146,7 +148,7 @@ def _row(root: Path, run: str, config: Path | None) -> str:
 
 
 def runs_summary(root: Path = ROOT) -> str:
-    """The README's table of committed runs: one row per page in docs/runs/."""
+    """The README's table of committed runs: one row per run page, results/{run}/README.md."""
     configs = run_configs(root)
     rows = [_row(root, run, configs.get(run)) for run in _pages(root)]
     head = [
