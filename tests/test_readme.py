@@ -54,31 +54,39 @@ def test_readme_is_a_user_guide():
         assert what in first_screen, f"the README's first screen does not mention {what!r}"
 
 
-def test_every_committed_run_has_a_page_and_a_row():
-    """A committed run is one folder: a run with committed tables (or preflight verdicts) has its page
-    results/<run>/README.md and the config it ran, results/<run>/config.yaml (whose `run:` is the folder's
-    name), and a row in the README's generated table of committed results, which links the page and the run's
-    claims or report. Committed: tracked by git, so a user's own run (`make demo` writes results/smoke) is not
-    asked for a page."""
+def test_every_committed_run_is_one_folder_with_a_page_and_a_row():
+    """A committed run (tracked tables, preflight verdicts or fidelity checks) is one folder: its page
+    results/<run>/README.md, with the plain `snakemake --configfile results/<run>/config.yaml` command, the
+    offline GPU machine named at most once and a generated block of its tables (a run with tables or a
+    report); the config it ran, results/<run>/config.yaml, whose `run:` is the folder's name; and a row in the
+    README's generated table of committed results, which links the page and the run's claims, report or
+    checks. Committed: tracked by git, so a user's own run (`make demo` writes results/smoke) is not asked for
+    a page."""
     tracked = subprocess.run(
-        ["git", "ls-files", "results/*/tables/claims.md", "results/*/preflight/report.md"],
+        ["git", "ls-files", "results/*/tables/claims.md", "results/*/preflight/report.md", "results/*/fidelity/*"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
     runs = sorted({Path(f).parts[1] for f in tracked})
-    assert runs
+    assert "h200-fidelity" in runs and "preflight" in runs and "h200-reference" in runs
     summary = docs.runs_summary(ROOT)
     for run in runs:
         page, config = ROOT / "results" / run / "README.md", ROOT / "results" / run / "config.yaml"
         assert page.is_file(), f"no page results/{run}/README.md"
-        assert f"<!-- generated: results/{run}/" in page.read_text(), (
-            f"results/{run}/README.md: no generated block of its tables"
-        )
+        text = page.read_text()
         assert yaml.safe_load(config.read_text())["run"] == run, f"results/{run}/config.yaml: not run {run}"
+        command = rf"snakemake (\w+ )?--configfile results/{re.escape(run)}/config\.yaml"
+        assert re.search(command, text), f"results/{run}/README.md: no plain snakemake command"
+        offline = [ln for ln in text.splitlines() if "offline" in ln.lower()]
+        assert len(offline) <= 1, f"results/{run}/README.md: the offline machine named again: {offline}"
         row = next((ln for ln in summary.splitlines() if f"[{run}](results/{run}/README.md)" in ln), None)
         assert row and "not committed yet" not in row, run
+        if (ROOT / "results" / run / "fidelity").is_dir():
+            assert "[checks](docs/running.md)" in row, row
+            continue
+        assert f"<!-- generated: results/{run}/" in text, f"results/{run}/README.md: no generated block of its tables"
         assert f"(results/{run}/tables/claims.md)" in row or f"(results/{run}/preflight/report.md)" in row, row
     assert "<!-- generated: specsweep.docs.runs_summary() -->" in (ROOT / "README.md").read_text()
 
@@ -148,3 +156,49 @@ def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
         "|---|---|---|---|---|---|---|",
         "| conc | m | code | ngram | 2.35 faster | 0.87 undecided | b* = 3.2 [1.5, open] |",
     ]
+
+
+def test_demo_runs_table_and_expectation_read_the_current_demo(tmp_path):
+    """docs/demo-runs.csv is the record of fresh `make demo` runs: design.md's table has one row per run of the
+    current demo (the last row's `demo`), and the README's sentence counts each entry's verdicts over them, the
+    speedups' range at two decimals rounded half up from the recorded text, how many runs gave every entry its
+    most common verdict, and the walls' range; runs of an earlier demo are left out of both."""
+    head = "run,demo,commit,date,host,wall_s,snakemake_s,band_pct,entry,estimate,lo,hi,verdict\n"
+
+    def run(n, demo, wall, ngram, verdict, cpu):
+        base = f"{n},{demo},abc{n},2026-12-0{n},2-core,{wall},,5.0"
+        return f"{base},code/ngram,{ngram},1.0,2.0,{verdict}\n{base},CPU,{cpu},1.0,9.0,confirmed\n"
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "demo-runs.csv").write_text(
+        head
+        + run(1, "old", 2000, "0.800", "slower", "4.0")
+        + run(2, "b1", 700, "1.175", "faster", "4.0")
+        + run(3, "b1", 650, "1.612", "faster", "5.5")
+        + run(4, "b1", 800, "1.204", "undecided", "7.0")
+    )
+    assert docs.demo_expectation(tmp_path) == (
+        "In 3 fresh runs of `make demo` on 2-core hosts, code/ngram (1.18–1.61×) was `faster` in 2 and `undecided` in 1, "
+        "and the CPU entry was `confirmed` in 3; 2 of the 3 gave every entry its most common verdict, and a run took "
+        "650–800 s from a fresh clone, installing included."
+    )
+    table = docs.demo_runs(tmp_path).splitlines()
+    assert [ln.split(" | ")[0] for ln in table[2:]] == ["| 2", "| 3", "| 4"]
+    assert table[2] == (
+        "| 2 | abc2 | 2026-12-02 | 2-core | 700 s | – | 1.175 [1.0, 2.0] faster | ±5.0 % | confirmed, 4.0 % [1.0, 9.0] |"
+    )
+
+
+def test_the_committed_demo_runs_are_complete():
+    """Every recorded run of the current demo has all of its entries, each with an interval around its estimate
+    and a verdict of the rule's words."""
+    runs = docs._demo_runs(ROOT)
+    assert len(runs) >= 21
+    entries = docs._entries(runs)
+    assert entries == ["code/ngram", "code/suffix", "chat/ngram", "chat/suffix", "CPU"]
+    for run, rows in runs.items():
+        assert [r["entry"] for r in rows] == entries, run
+        for r in rows:
+            assert r["verdict"] in {"faster", "slower", "equivalent", "undecided", "confirmed", "refuted"}, r
+            if r["estimate"]:
+                assert float(r["lo"]) <= float(r["estimate"]) <= float(r["hi"]), r

@@ -20,10 +20,13 @@ no committed tables yet gets a row that says so).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import yaml
@@ -38,6 +41,10 @@ RUN_PAGE = "README.md"
 RUN_CONFIG = "config.yaml"
 #: Above this many models a row names the count, not the list.
 MAX_NAMED_MODELS = 4
+#: The fresh `make demo` runs, one row per (run, entry): its speedups with their verdicts and the CPU entry.
+DEMO_RUNS = "docs/demo-runs.csv"
+#: The entry of a demo run that is the CPU profile's claim (its estimate: the pooled CV of tok/s, in %).
+CPU_ENTRY = "CPU"
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
@@ -142,6 +149,14 @@ def _row(root: Path, run: str, config: Path | None) -> str:
         reps = "one pass per cell"
         models = _models(list(dict.fromkeys(_column(pre / parquet, "model"))), dummy)
         out = f"[report]({(pre / md).relative_to(root).as_posix()})"
+    elif checks := sorted(paths.run_dir(run, root / paths.RESULTS).glob("fidelity/**/*.json")):
+        docs = [json.loads(c.read_text()) for c in checks]
+        done = f"{len(docs)} fidelity check" + ("s" if len(docs) != 1 else "")
+        starts = sum(2 * d["runs_each"] for d in docs)  # each side's fresh engines
+        reps = "engine starts"
+        checked = list(dict.fromkeys(d["cell"].split("/")[0] for d in docs))
+        models = _models(checked, all(d["model_weights"] == "dummy" for d in docs))
+        out = "[checks](docs/running.md)"
     else:
         return f"| {page} | – | {what} | not committed yet | – | – | – |"
     return f"| {page} | {models} | {what} | {done} | {starts} | {reps} | {out} |"
@@ -240,8 +255,87 @@ def fidelity_summary(root: Path = ROOT) -> str:
     return "\n".join(rows)
 
 
+def _demo_rows(root: Path) -> list[dict[str, str]]:
+    with (root / DEMO_RUNS).open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _demo_runs(root: Path) -> dict[str, list[dict[str, str]]]:
+    """Run -> its rows, in the file's order, for the runs of the current demo (the last row's `demo`)."""
+    rows = _demo_rows(root)
+    runs: dict[str, list[dict[str, str]]] = {}
+    for r in rows:
+        if r["demo"] == rows[-1]["demo"]:
+            runs.setdefault(r["run"], []).append(r)
+    return runs
+
+
+def _entries(runs: dict[str, list[dict[str, str]]]) -> list[str]:
+    return list(dict.fromkeys(r["entry"] for rows in runs.values() for r in rows))
+
+
+def _two(x: str) -> str:
+    """A recorded estimate at two decimals, rounded half up from its text (1.175 -> 1.18)."""
+    return str(Decimal(x).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def demo_runs(root: Path = ROOT) -> str:
+    """design.md's table of the fresh `make demo` runs (docs/demo-runs.csv): one row per run, each entry's
+    speedup with its 95 % interval and verdict, the CPU entry with its pooled CV."""
+    runs = _demo_runs(root)
+    entries = _entries(runs)
+    speedups = [e for e in entries if e != CPU_ENTRY]
+    head = "| run | commit | recorded | host | wall | in Snakemake | " + " | ".join(speedups) + " | band | CPU entry |"
+    lines = [head, "|---:|---|---|---|---:|---:|" + "---|" * len(speedups) + "---:|---|"]
+    for run, rows in runs.items():
+        by = {r["entry"]: r for r in rows}
+        first = rows[0]
+        cells = [
+            f"{by[e]['estimate']} [{by[e]['lo']}, {by[e]['hi']}] {by[e]['verdict']}" if e in by else "–"
+            for e in speedups
+        ]
+        cpu = by.get(CPU_ENTRY)
+        cv = f", {cpu['estimate']} % [{cpu['lo']}, {cpu['hi']}]" if cpu and cpu["estimate"] else ""
+        lines.append(
+            f"| {run} | {first['commit'] or '–'} | {first['date']} | {first['host']} | {first['wall_s']} s "
+            f"| {first['snakemake_s'] + ' s' if first['snakemake_s'] else '–'} | "
+            + " | ".join(cells)
+            + f" | ±{first['band_pct']} % | {cpu['verdict'] + cv if cpu else '–'} |"
+        )
+    return "\n".join(lines)
+
+
+def demo_expectation(root: Path = ROOT) -> str:
+    """The README's sentence of what to expect from `make demo`: over the recorded fresh runs of the current
+    demo, each entry's verdicts with their counts (the speedups' range beside each drafter), how many runs
+    agree with the most common verdict of every entry, and the range of their walls."""
+    runs = _demo_runs(root)
+    rows = [r for rs in runs.values() for r in rs]
+    parts = []
+    for e in _entries(runs):
+        mine = [r for r in rows if r["entry"] == e]
+        counts = sorted(Counter(r["verdict"] for r in mine).items(), key=lambda kv: (-kv[1], kv[0]))
+        said = " and ".join(f"`{v}` in {n}" for v, n in counts)
+        if e == CPU_ENTRY:
+            parts.append(f"the CPU entry was {said}")
+        else:
+            est = sorted(Decimal(r["estimate"]) for r in mine)
+            parts.append(f"{e} ({_two(str(est[0]))}–{_two(str(est[-1]))}×) was {said}")
+    usual = {e: Counter(r["verdict"] for r in rows if r["entry"] == e).most_common(1)[0][0] for e in _entries(runs)}
+    agree = sum(all(r["verdict"] == usual[r["entry"]] for r in rs) for rs in runs.values())
+    cores = "/".join(sorted({rs[0]["host"].split()[0] for rs in runs.values()}))
+    walls = sorted(int(rs[0]["wall_s"]) for rs in runs.values())
+    return (
+        f"In {len(runs)} fresh runs of `make demo` on {cores} hosts, " + ", ".join(parts[:-1]) + f", and {parts[-1]}"
+        f"; {agree} of the {len(runs)} gave every entry its most common verdict, and a run took "
+        f"{walls[0]}–{walls[-1]} s from a fresh clone, installing included."
+    )
+
+
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "concurrency_summary": concurrency_summary,
+    "demo_expectation": demo_expectation,
+    "demo_runs": demo_runs,
     "fidelity_summary": fidelity_summary,
     "runs_summary": runs_summary,
     "verdict_rule": verdict_rule,

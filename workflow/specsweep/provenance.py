@@ -77,7 +77,7 @@ def cpu_name() -> str:
 
 def boot_id() -> str | None:
     """The kernel's id of this boot (Linux): a fresh VM, a reboot or another node gives another id, so two cells
-    with one boot id ran on one machine in one session of it. None where the kernel does not say."""
+    with one boot id ran on one machine between two of its starts. None where the kernel does not say."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
     except OSError:
