@@ -64,7 +64,9 @@ case $cmd in
     [ "$#" -eq 1 ] || die "usage: carry.sh unpack SHA_FILE"
     [ -f "$1" ] || die "no such file: $1"
     read -r sum n < "$1" || die "$1: expected 'SHA256 PARTS'"
-    have=$(find "$stash/parts" -maxdepth 1 -name 'part.*' 2>/dev/null | wc -l)
+    # no parts folder at all (a machine gone cold) is 0 parts, named below; find's failure would end the script
+    have=0
+    if [ -d "$stash/parts" ]; then have=$(find "$stash/parts" -maxdepth 1 -name 'part.*' | wc -l); fi
     if [ "$have" -ne "$n" ]; then
       missing=$(for i in $(seq 0 $((n - 1))); do p=$(printf 'part.%03d' "$i"); [ -f "$stash/parts/$p" ] || printf '%s ' "$p"; done)
       die "$have of $n parts stashed in $stash/parts; missing: ${missing:-none (extra parts there)}(the machine may have gone cold: stash them all again)"

@@ -216,3 +216,15 @@ def test_carry_counts_only_the_files_that_travel_when_tracked_ones_were_deleted(
     parts = sorted((co / ".device" / "c").glob("part.*"))
     assert len(parts) == 3 and max(p.stat().st_size for p in parts) > 3_000_000 - 1_000_000 - 200_000, parts
     assert f"tree {(co / '.gitignore').stat().st_size} bytes" in r.stdout, r.stdout
+
+
+def test_carry_unpack_with_nothing_stashed_names_every_missing_part(checkout, tmp_path):
+    """A machine gone cold has no stash at all: unpack says which parts are missing, as for a partial stash."""
+    co, env = checkout
+    assert _carry(co, env, "pack", ".device/c", str(tmp_path / "stage" / "wheels")).returncode == 0
+    assert not (tmp_path / "stash").exists()
+    u = _carry(co, env, "unpack", ".device/c/carry.sha256")
+    assert u.returncode == 1 and u.stderr.strip() == (
+        f"carry.sh: 0 of 2 parts stashed in {tmp_path / 'stash'}/parts; missing: part.000 part.001 (the machine "
+        "may have gone cold: stash them all again)"
+    ), u.stderr
