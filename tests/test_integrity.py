@@ -618,8 +618,8 @@ def test_slot_settings_in_config_env():
         ({"1BAD": "x"}, "config: env: '1BAD' is not a valid environment variable name"),
         ({"A=B": "x"}, "config: env: 'A=B' is not a valid environment variable name"),
         ({"": "x"}, "config: env: '' is not a valid environment variable name"),
-        ({"VLLM_OK": 1}, "config: env.VLLM_OK: the value must be a string, got int (quote it)"),
-        ({"VLLM_OK": "a\x00b"}, "config: env.VLLM_OK: the value contains a NUL character"),
+        ({"VLLM_PLUGINS": 1}, "config: env.VLLM_PLUGINS: the value must be a string, got int (quote it)"),
+        ({"VLLM_PLUGINS": "a\x00b"}, "config: env.VLLM_PLUGINS: the value contains a NUL character"),
         (["A=1"], "config: env: must be a mapping of NAME: value, got list"),
     ],
 )
