@@ -1001,6 +1001,22 @@ def test_lock_folder_that_is_a_symlink(monkeypatch, tmp_path):
     )
 
 
+@pytest.mark.parametrize("how", ["open to all", "another user's"])
+def test_default_lock_folder_another_user_can_write_is_refused(tmp_path, how):
+    """The default lock folder (/tmp/specsweep-gpu-slots-<uid>, checked as the default here at another path, so
+    that the node's own stays untouched): one that another user made, or can write, is refused."""
+    folder = tmp_path / "slots"
+    folder.mkdir()
+    if how == "open to all":
+        os.chmod(folder, 0o777)
+        why = "is writable by other users (mode 0777); chmod 700 it, or remove it"
+    else:
+        os.chown(folder, 65534, 65534)
+        why = f"belongs to uid 65534, not to you (uid {os.getuid()}); set SPECSWEEP_SLOT_DIR"
+    assert refused(slots._prepare, folder, True) == f"gpu slots: lock folder {folder}: {why}"
+    assert list(folder.iterdir()) == []
+
+
 # ===================================================================================== cheap checks (pure)
 
 
