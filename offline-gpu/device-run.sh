@@ -41,7 +41,7 @@ esac
 [[ $run =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ ]] ||
   private_refuse "RUN $(printf %q "${run:0:200}"): not a run name (letters, digits, '.', '_', '-'; a letter or digit first)"
 [ "$mode" != wait ] || [[ $wait_s =~ ^[0-9]{1,9}$ ]] || private_refuse "WAIT_S $(printf %q "${wait_s:0:60}"): not a number of seconds"
-root=${SPECSWEEP_DETACHED_DIR:-$HOME/.cache/specsweep-detached}
+root=${SPECSWEEP_DETACHED_DIR:-${HOME:?is unset: set SPECSWEEP_DETACHED_DIR}/.cache/specsweep-detached}
 [[ $root == /* ]] || private_refuse "SPECSWEEP_DETACHED_DIR=${root:0:200}: must be an absolute path"
 state=$root/$run
 tree=$state/tree repo=$PWD stash=${STASH:-/root/stash}
