@@ -92,6 +92,8 @@ def test_a_started_run_outlives_its_call_and_wait_reports_its_end(work):
     assert "started Snakemake for t" in start.stdout and time.monotonic() - t0 < 60
     tree = Path(env["SPECSWEEP_DETACHED_DIR"]) / RUN / "tree"
     assert (tree / "prepared.flag").is_file()  # `snakemake prepare` ran first, in the call, in the run's tree
+    for d, marker in ((tree.parents[1], ".specsweep-detached"), (tree.parent, ".specsweep-run")):
+        assert os.stat(d).st_mode & 0o777 == 0o700 and (d / marker).is_file()  # private and marked
     # the call is over and its process group killed; the run goes on
     early = _call(w, env, "--wait", "0", RUN)
     assert early.returncode == 0 and "still running" in early.stdout, early.stdout
@@ -351,16 +353,16 @@ def test_a_site_env_another_user_can_write_is_not_sourced(work, tmp_path, how):
 
 
 def test_the_default_state_folder_is_the_user_s_own(work, tmp_path):
-    """Without SPECSWEEP_DETACHED_DIR a started run's folder is under the user's home, made private and marked."""
+    """Without SPECSWEEP_DETACHED_DIR the started runs' folder is ~/.cache/specsweep-detached, checked as any."""
     w, env = work
     env = {k: v for k, v in env.items() if k != "SPECSWEEP_DETACHED_DIR"} | {"HOME": str(tmp_path / "home")}
-    start = _call(w, env, "--start", "300", RUN, f"results/{RUN}/cells/m/w/s/r1.json", "--cores", "1")
-    assert start.returncode == 0, start.stdout
     root = tmp_path / "home" / ".cache" / "specsweep-detached"
-    assert f"in {root}/{RUN}/tree" in start.stdout
-    assert (os.stat(root).st_mode & 0o777, os.stat(root / RUN).st_mode & 0o777) == (0o700, 0o700)
-    end = _call(w, env, "--wait", "120", RUN)
-    assert "snakemake exit 0" in end.stdout, end.stdout
+    assert _call(w, env, "--wait", "1", RUN).stdout.strip() == "no started run of t here (start one with --start)"
+    assert not root.exists()  # --wait creates nothing
+    root.mkdir(parents=True)
+    os.chmod(root, 0o777)
+    r = _call(w, env, "--stop", RUN)
+    assert r.returncode == 1 and r.stdout.startswith(f"device-run.sh: {root}: is writable by other users"), r.stdout
 
 
 @pytest.mark.parametrize("how", ["other user", "no marker"])
