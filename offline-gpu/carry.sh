@@ -15,9 +15,12 @@
 # Environment: CARRY_LIMIT_MB (what one call may carry, tree included, in MB of 10^6 bytes; default 64),
 # CARRY_MARGIN_MB (left for the scripts and small files a call carries beside its part; default 1),
 # STASH (where the machine keeps parts and what they unpack to; default /root/stash, which lasts while the
-# machine stays up).
+# machine stays up; a private folder of yours, made by `stash` and marked .specsweep-stash: another user's, one
+# open to others, a symbolic link or a folder of other files is refused, as private.sh says).
 set -euo pipefail
 die() { echo "carry.sh: $*" >&2; exit 1; }
+# shellcheck source=offline-gpu/private.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/private.sh"
 stash=${STASH:-/root/stash}
 cmd=${1:-}
 [ "$#" -ge 1 ] && shift
@@ -53,6 +56,7 @@ case $cmd in
     ;;
   stash)
     [ "$#" -ge 1 ] || die "usage: carry.sh stash PART..."
+    private_dir "$stash" .specsweep-stash STASH
     mkdir -p "$stash/parts"
     for f in "$@"; do
       [ -f "$f" ] || die "no such part: $f (was it named in the call's carry?)"
@@ -64,7 +68,11 @@ case $cmd in
     [ "$#" -eq 1 ] || die "usage: carry.sh unpack SHA_FILE"
     [ -f "$1" ] || die "no such file: $1"
     read -r sum n < "$1" || die "$1: expected 'SHA256 PARTS'"
-    have=$(find "$stash/parts" -maxdepth 1 -name 'part.*' 2>/dev/null | wc -l)
+    [[ $sum =~ ^[0-9a-f]{64}$ && $n =~ ^[1-9][0-9]{0,5}$ ]] || die "$1: expected 'SHA256 PARTS'"
+    if [ -e "$stash" ] || [ -L "$stash" ]; then private_dir "$stash" .specsweep-stash STASH; fi
+    # no parts folder at all (a machine gone cold) is 0 parts, named below; find's failure would end the script
+    have=0
+    if [ -d "$stash/parts" ]; then have=$(find "$stash/parts" -maxdepth 1 -name 'part.*' | wc -l); fi
     if [ "$have" -ne "$n" ]; then
       missing=$(for i in $(seq 0 $((n - 1))); do p=$(printf 'part.%03d' "$i"); [ -f "$stash/parts/$p" ] || printf '%s ' "$p"; done)
       die "$have of $n parts stashed in $stash/parts; missing: ${missing:-none (extra parts there)}(the machine may have gone cold: stash them all again)"

@@ -10,8 +10,11 @@
 # pydantic, pydantic-core, annotated-types and typing-inspection come from vLLM's deps/ folder; pyyaml, jinja2,
 # requests, packaging, psutil, tabulate, wrapt, attrs, pyarrow and matplotlib come with the machine's image.
 # Afterwards each command needs PYTHONPATH=/tmp/site (`. /tmp/site/env.sh` sets it). Safe to run again.
-# Environment: SITE (default /tmp/site), SNAKEMAKE_VERSION (the version to expect, default 9.27.1).
+# Environment: SITE (default /tmp/site: a folder of yours or root's that nobody else can write, as everything
+# in it is imported; made 0755 when absent), SNAKEMAKE_VERSION (the version to expect, default 9.27.1).
 set -euo pipefail
+# shellcheck source=offline-gpu/private.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/private.sh"
 
 site=${SITE:-/tmp/site}
 want=${SNAKEMAKE_VERSION:-9.27.1}
@@ -19,6 +22,8 @@ if [ "$#" -lt 1 ]; then
   echo "usage: $0 WHEEL_DIR..." >&2
   exit 2
 fi
+[ -e "$site" ] || [ -L "$site" ] || (umask 022 && mkdir -p -- "$site")
+trusted_path "$site" SITE
 
 shopt -s nullglob
 wheels=()

@@ -17,10 +17,14 @@
 # own ($SPECSWEEP_DETACHED_DIR/RUN/tree, made by --start; --wait and --stop work there too), so that a machine
 # which mirrors the sending side's tree into the checkout before each call cannot delete the cells it writes
 # between calls; a later --start of the same RUN keeps the cells, logs and benchmarks the last one made there.
-# Environment: SPECSWEEP_SITE_ENV (the file that puts vLLM on PYTHONPATH, default /tmp/site/env.sh),
-# SPECSWEEP_DETACHED_DIR (where a started run keeps its pid, log and exit status, default
-# /tmp/specsweep-detached), SPECSWEEP_RESUME (below), OUT (where results.tar.gz goes).
+# Environment: SPECSWEEP_SITE_ENV (the file that puts vLLM on PYTHONPATH, default /tmp/site/env.sh; it and its
+# folder must be yours or root's and writable by nobody else), SPECSWEEP_DETACHED_DIR (an absolute path: where a
+# started run keeps its tree, pid, log and exit status, default ~/.cache/specsweep-detached; a private folder of
+# yours, checked as private.sh says), STASH (the carried files, default /root/stash, as in carry.sh),
+# SPECSWEEP_RESUME (below), OUT (where results.tar.gz goes).
 set -uo pipefail
+# shellcheck source=offline-gpu/private.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/private.sh" || exit 1
 mode=run
 case ${1:-} in
   --start | --wait | --stop) mode=${1#--} && shift ;;
@@ -33,10 +37,23 @@ case $mode in
   stop) [ "$#" -eq 1 ] || { echo "usage: $0 --stop RUN" >&2; exit 2; }
     run=$1 ;;
 esac
-state=${SPECSWEEP_DETACHED_DIR:-/tmp/specsweep-detached}/$run
-tree=$state/tree repo=$PWD
+# a run name, as the config's `run` is one: it names folders here and under results/, logs/, ...
+[[ $run =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ ]] ||
+  private_refuse "RUN $(printf %q "${run:0:200}"): not a run name (letters, digits, '.', '_', '-'; a letter or digit first)"
+[ "$mode" != wait ] || [[ $wait_s =~ ^[0-9]{1,9}$ ]] || private_refuse "WAIT_S $(printf %q "${wait_s:0:60}"): not a number of seconds"
+root=${SPECSWEEP_DETACHED_DIR:-${HOME:?is unset: set SPECSWEEP_DETACHED_DIR}/.cache/specsweep-detached}
+[[ $root == /* ]] || private_refuse "SPECSWEEP_DETACHED_DIR=${root:0:200}: must be an absolute path"
+state=$root/$run
+tree=$state/tree repo=$PWD stash=${STASH:-/root/stash}
 case ${SPECSWEEP_RESUME:-/} in /*) ;; *) SPECSWEEP_RESUME=$repo/$SPECSWEEP_RESUME ;; esac
+# the started runs' folder and the run's own: private and marked (private.sh), checked before anything there is
+# read, run, signalled or removed; --wait and --stop never create them
+if [ "$mode" = start ] || [ -e "$root" ] || [ -L "$root" ]; then
+  private_dir "$root" .specsweep-detached SPECSWEEP_DETACHED_DIR
+  if [ -e "$state" ] || [ -L "$state" ]; then private_dir "$state" .specsweep-run SPECSWEEP_DETACHED_DIR; fi
+fi
 site_env=${SPECSWEEP_SITE_ENV:-/tmp/site/env.sh}
+trusted_path "$site_env" SPECSWEEP_SITE_ENV
 # shellcheck source=/dev/null
 . "$site_env" || { echo "cannot read $site_env (SPECSWEEP_SITE_ENV): is vLLM installed?"; exit 1; }
 export SPECSWEEP_ENGINE_IDLE_S=${SPECSWEEP_ENGINE_IDLE_S:-60}
@@ -59,6 +76,18 @@ cells() {
   find "results/$run/cells" -name 'r*.json' 2>/dev/null | wc -l
 }
 
+# the started run's Snakemake, provably: the pid recorded in the run's private folder leads a session of its own,
+# runs as this user and carries the run's random token on its command line (a pid since reused, or any other
+# process, gets no signal and is not waited for)
+ours() {
+  local token
+  read -r pid <"$state/pid" 2>/dev/null && read -r token <"$state/token" 2>/dev/null || return 1
+  [[ $pid =~ ^[1-9][0-9]{0,9}$ && $token =~ ^[0-9a-f]{32}$ ]] || return 1
+  [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$(id -u)" ] || return 1
+  [ "$(ps -o sid= -p "$pid" | tr -d ' ')" = "$pid" ] || return 1
+  tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF "specsweep-detached-$token"
+}
+
 # a run that has ended: its exit status, the results packed, the engine hosts stopped
 finish() {
   echo "snakemake exit $1"
@@ -72,29 +101,36 @@ report() {
   echo "snakemake log, last lines:"
   tail -n 12 "$state/snakemake.log" 2>/dev/null | grep -vE '^\s*$'
   echo "cells of $run here: $(cells)"
-  [ -f "$state/rc" ] && finish "$(cat "$state/rc")"
+  if [ -f "$state/rc" ]; then
+    read -r rc <"$state/rc"
+    [[ $rc =~ ^[0-9]{1,3}$ ]] || rc=1
+    finish "$rc"
+  fi
   pack
-  echo "still running (pid $(cat "$state/pid")): call --wait again while the machine is held"
+  echo "still running (pid $pid): call --wait again while the machine is held"
   exit 0
 }
 
 case $mode in
   start)
-    if [ -f "$state/pid" ] && [ ! -f "$state/rc" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then
-      echo "a started run of $run is still running (pid $(cat "$state/pid")): --wait for it or --stop it first"
+    if [ ! -f "$state/rc" ] && ours; then
+      echo "a started run of $run is still running (pid $pid): --wait for it or --stop it first"
       exit 1
     fi
     # the run's own copy of the working tree; what the last started run of RUN made there is kept (files the
-    # sent tree has win)
-    kept=
-    rm -rf "$state.kept" && { [ ! -d "$tree" ] || { mv "$tree" "$state.kept" && kept=1; }; }
-    rm -rf "$state" && mkdir -p "$tree" || exit 1
+    # sent tree has win); no run name starts with '.', so .kept-RUN is no run's folder
+    kept=$root/.kept-$run
+    rm -rf "$kept" && { [ ! -d "$tree" ] || mv "$tree" "$kept"; } || exit 1
+    [ -d "$kept" ] || kept=
+    rm -rf "$state" || exit 1
+    private_dir "$state" .specsweep-run SPECSWEEP_DETACHED_DIR
+    mkdir "$tree" || exit 1
     tar -cf - --exclude=./.git --exclude=./.device --exclude=./.venv . | tar -xf - -C "$tree" ||
       { echo "cannot copy the tree to $tree"; exit 1; }
     if [ -n "$kept" ]; then
-      (cd "$state.kept" && tar -cf - --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" 2>/dev/null) |
+      (cd "$kept" && tar -cf - --ignore-failed-read "results/$run" "logs/$run" "benchmarks/$run" 2>/dev/null) |
         tar -xf - -C "$tree" --skip-old-files
-      rm -rf "$state.kept"
+      rm -rf "$kept"
     fi
     cd "$tree" || exit 1
     [ -z "$kept" ] || echo "kept from the last started run of $run: $(cells) cells in all" ;;
@@ -105,19 +141,23 @@ export PYTHONPATH=$PWD/workflow:${PYTHONPATH:-}
 case $mode in
   wait)
     [ -f "$state/pid" ] || { echo "no started run of $run here (start one with --start)"; exit 1; }
-    pid=$(cat "$state/pid") t0=$SECONDS
-    while [ ! -f "$state/rc" ] && kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$wait_s" ]; do
+    t0=$SECONDS
+    while [ ! -f "$state/rc" ] && ours && [ $((SECONDS - t0)) -lt "$wait_s" ]; do
       sleep 2
     done
+    ours || [ -f "$state/rc" ] || echo 1 >"$state/rc"  # gone without its status: ended by someone else
     report ;;
   stop)
     [ -f "$state/pid" ] || { echo "no started run of $run here"; exit 1; }
-    pid=$(cat "$state/pid")
     # every process of its session: Snakemake and the job it runs (SIGINT first, so a cell in flight is not
     # half-written); engine hosts live in sessions of their own and are stopped below
-    pkill -INT -s "$pid"
-    for _ in $(seq 30); do pgrep -s "$pid" >/dev/null || break; sleep 1; done
-    pkill -KILL -s "$pid" && sleep 1
+    if ours; then
+      pkill -INT -s "$pid"
+      for _ in $(seq 30); do pgrep -s "$pid" >/dev/null || break; sleep 1; done
+      pkill -KILL -s "$pid" && sleep 1
+    elif [ ! -f "$state/rc" ]; then
+      echo "pid ${pid:-?} of $run is not its Snakemake (ended, or another process now): nothing signalled"
+    fi
     [ -f "$state/rc" ] || echo 130 >"$state/rc"
     report ;;
 esac
@@ -127,9 +167,11 @@ if ! python3 -c "import snakemake" 2>/dev/null; then
 fi
 # the SmolLM2 GGUF (the real model and the dummy models' tokenizer), when its pieces were stashed; runs of
 # dummy models whose tokenizer is carried (resources/tokenizers/) need none
-gguf=/root/stash/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ ! -f "$gguf" ] && ls /root/stash/ggufpart0* >/dev/null 2>&1; then
-  cat /root/stash/ggufpart0* > "$gguf.tmp" && mv "$gguf.tmp" "$gguf"
+# (the stash is checked as carry.sh checks it: private, marked)
+gguf=$stash/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -e "$stash" ] || [ -L "$stash" ]; then private_dir "$stash" .specsweep-stash STASH; fi
+if [ ! -f "$gguf" ] && ls "$stash"/ggufpart0* >/dev/null 2>&1; then
+  cat "$stash"/ggufpart0* > "$gguf.tmp" && mv "$gguf.tmp" "$gguf"
 fi
 if [ -f "$gguf" ]; then
   echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $gguf" | sha256sum -c - || exit 1
@@ -157,13 +199,16 @@ done
 python3 -m snakemake prepare --cores 1 "${prep[@]}" >/dev/null 2>&1 || echo "snakemake prepare failed"
 
 if [ "$mode" = start ]; then
-  rm -f "$state/pid" "$state/rc" "$state/snakemake.log"
+  rm -f "$state/pid" "$state/rc" "$state/snakemake.log" "$state/token"
+  # a random token on its command line (as its $0) proves later that a pid is this run's (see ours)
+  token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  (umask 077 && echo "$token" >"$state/token") || exit 1
   # a session of its own (setsid), so that it outlives this call; its exit status lands in $state/rc
   # shellcheck disable=SC2016
   setsid bash -c 'timeout --signal=INT --kill-after=20 "$1" python3 -m snakemake "${@:3}" >"$2/snakemake.log" 2>&1
-    echo $? >"$2/rc"' _ "$budget" "$state" "$@" </dev/null >/dev/null 2>&1 &
+    echo $? >"$2/rc"' "specsweep-detached-$token" "$budget" "$state" "$@" </dev/null >/dev/null 2>&1 &
   pid=$!
-  echo "$pid" >"$state/pid"
+  (umask 077 && echo "$pid" >"$state/pid") || exit 1
   # return only once it leads its own session: what a call leaves in the call's session may be killed at once
   for _ in $(seq 100); do
     [ "$(ps -o sid= -p "$pid" | tr -d ' ')" = "$pid" ] && break

@@ -621,8 +621,8 @@ def test_slot_settings_in_config_env():
         ({"1BAD": "x"}, "config: env: '1BAD' is not a valid environment variable name"),
         ({"A=B": "x"}, "config: env: 'A=B' is not a valid environment variable name"),
         ({"": "x"}, "config: env: '' is not a valid environment variable name"),
-        ({"VLLM_OK": 1}, "config: env.VLLM_OK: the value must be a string, got int (quote it)"),
-        ({"VLLM_OK": "a\x00b"}, "config: env.VLLM_OK: the value contains a NUL character"),
+        ({"VLLM_PLUGINS": 1}, "config: env.VLLM_PLUGINS: the value must be a string, got int (quote it)"),
+        ({"VLLM_PLUGINS": "a\x00b"}, "config: env.VLLM_PLUGINS: the value contains a NUL character"),
         (["A=1"], "config: env: must be a mapping of NAME: value, got list"),
     ],
 )
@@ -1002,6 +1002,22 @@ def test_lock_folder_that_is_a_symlink(monkeypatch, tmp_path):
         refused(slots.GpuSlots(1).acquire)
         == f"gpu slots: lock folder {tmp_path / 'link'}: is not a folder (a symbolic link or a file)"
     )
+
+
+@pytest.mark.parametrize("how", ["open to all", "another user's"])
+def test_default_lock_folder_another_user_can_write_is_refused(tmp_path, how):
+    """The default lock folder (/tmp/specsweep-gpu-slots-<uid>, checked as the default here at another path, so
+    that the node's own stays untouched): one that another user made, or can write, is refused."""
+    folder = tmp_path / "slots"
+    folder.mkdir()
+    if how == "open to all":
+        os.chmod(folder, 0o777)
+        why = "is writable by other users (mode 0777); chmod 700 it, or remove it"
+    else:
+        os.chown(folder, 65534, 65534)
+        why = f"belongs to uid 65534, not to you (uid {os.getuid()}); set SPECSWEEP_SLOT_DIR"
+    assert refused(slots._prepare, folder, True) == f"gpu slots: lock folder {folder}: {why}"
+    assert list(folder.iterdir()) == []
 
 
 # ===================================================================================== cheap checks (pure)

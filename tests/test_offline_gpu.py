@@ -2,7 +2,10 @@
 exists and reports Snakemake's exit status once it has ended, --stop interrupts it; the run works in a copy of the
 tree of its own, so what a mirror does to the checkout between calls cannot delete its cells. Shown with real
 Snakemake on a workflow of timed jobs, in a copy of the script; the call that starts the run is its own process
-group, killed as soon as it returns, as a time-limited machine ends what a call leaves behind."""
+group, killed as soon as it returns, as a time-limited machine ends what a call leaves behind. The scripts trust no
+state another local user could have made or written: a planted run folder, a pid that is not the run's own, a
+RUN that is not a name, a site env or stash not private to the user are refused in one line, nothing run,
+signalled or removed."""
 
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ rule cell:
 def work(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     w = tmp_path / "work"
     (w / "offline-gpu").mkdir(parents=True)
-    (w / "offline-gpu" / "device-run.sh").write_text(SCRIPT.read_text())
+    for name in ("device-run.sh", "private.sh"):
+        (w / "offline-gpu" / name).write_text((SCRIPT.parent / name).read_text())
     (w / "Snakefile").write_text(SNAKEFILE)
     (tmp_path / "env.sh").write_text("# vLLM would be put on PYTHONPATH here\n")
     (tmp_path / "out").mkdir()
@@ -44,6 +48,7 @@ def work(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         "SPECSWEEP_SITE_ENV": str(tmp_path / "env.sh"),
         "SPECSWEEP_DETACHED_DIR": str(tmp_path / "state"),
         "OUT": str(tmp_path / "out"),
+        "STASH": str(tmp_path / "stash"),
     }
     return w, env
 
@@ -87,6 +92,8 @@ def test_a_started_run_outlives_its_call_and_wait_reports_its_end(work):
     assert "started Snakemake for t" in start.stdout and time.monotonic() - t0 < 60
     tree = Path(env["SPECSWEEP_DETACHED_DIR"]) / RUN / "tree"
     assert (tree / "prepared.flag").is_file()  # `snakemake prepare` ran first, in the call, in the run's tree
+    for d, marker in ((tree.parents[1], ".specsweep-detached"), (tree.parent, ".specsweep-run")):
+        assert os.stat(d).st_mode & 0o777 == 0o700 and (d / marker).is_file()  # private and marked
     # the call is over and its process group killed; the run goes on
     early = _call(w, env, "--wait", "0", RUN)
     assert early.returncode == 0 and "still running" in early.stdout, early.stdout
@@ -216,3 +223,181 @@ def test_carry_counts_only_the_files_that_travel_when_tracked_ones_were_deleted(
     parts = sorted((co / ".device" / "c").glob("part.*"))
     assert len(parts) == 3 and max(p.stat().st_size for p in parts) > 3_000_000 - 1_000_000 - 200_000, parts
     assert f"tree {(co / '.gitignore').stat().st_size} bytes" in r.stdout, r.stdout
+
+
+def test_carry_unpack_with_nothing_stashed_names_every_missing_part(checkout, tmp_path):
+    """A machine gone cold has no stash at all: unpack says which parts are missing, as for a partial stash."""
+    co, env = checkout
+    assert _carry(co, env, "pack", ".device/c", str(tmp_path / "stage" / "wheels")).returncode == 0
+    assert not (tmp_path / "stash").exists()
+    u = _carry(co, env, "unpack", ".device/c/carry.sha256")
+    assert u.returncode == 1 and u.stderr.strip() == (
+        f"carry.sh: 0 of 2 parts stashed in {tmp_path / 'stash'}/parts; missing: part.000 part.001 (the machine "
+        "may have gone cold: stash them all again)"
+    ), u.stderr
+
+
+# ======================================================= state another local user made first, or can write
+
+OTHER_UID = 65534  # nobody: "another local user", made owner with os.chown (the tests run as root)
+PWNED = "print-planted"
+
+
+def _plant_run(state: Path, marker: Path) -> None:
+    """A started run's folder as another user would plant it: a tree whose `python3 -m specsweep.cli` writes
+    `marker`, a finished status (so --wait ends at once and stops the engines with that Python) and a pid."""
+    pkg = state / RUN / "tree" / "workflow" / "specsweep"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (state / RUN / "rc").write_text("0\n")
+
+
+def _victim() -> subprocess.Popen:
+    """A process leading a session of its own: what a planted pid would name."""
+    return subprocess.Popen(["sleep", "120"], start_new_session=True)
+
+
+def _chown_tree(path: Path, uid: int) -> None:
+    for p in [path, *path.rglob("*")]:
+        os.chown(p, uid, uid, follow_symlinks=False)
+
+
+@pytest.mark.parametrize(
+    "how", ["other user", "open to all", "symbolic link", "no marker", "run: other user", "run: link"]
+)
+def test_a_planted_state_folder_runs_nothing_and_signals_nothing(work, tmp_path, how):
+    w, env = work
+    state, marker = Path(env["SPECSWEEP_DETACHED_DIR"]), tmp_path / PWNED
+    planted = tmp_path / "planted" if how in ("symbolic link", "run: link") else state
+    _plant_run(planted, marker)
+    if how.startswith("run: "):
+        state.mkdir(mode=0o700, exist_ok=True)
+        (state / ".specsweep-detached").write_text("")  # the started runs' folder is in order
+    if how == "symbolic link":
+        state.symlink_to(planted)
+    elif how == "run: link":
+        (state / RUN).symlink_to(planted / RUN)
+    elif how == "other user":
+        (state / ".specsweep-detached").write_text("")
+        _chown_tree(state, OTHER_UID)
+    elif how == "run: other user":
+        (state / RUN / ".specsweep-run").write_text("")
+        _chown_tree(state / RUN, OTHER_UID)
+    elif how == "open to all":
+        (state / ".specsweep-detached").write_text("")
+        os.chmod(state, 0o777)
+    victim = _victim()
+    try:
+        (planted / RUN / "pid").write_text(f"{victim.pid}\n")
+        for args in (["--wait", "1", RUN], ["--stop", RUN], ["--start", "5", RUN, "--cores", "1"]):
+            r = _call(w, env, *args)
+            lines = r.stdout.strip().splitlines()
+            assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("device-run.sh: "), r.stdout
+            assert str(state) in lines[0], r.stdout
+            assert not marker.exists() and victim.poll() is None, (args, r.stdout)
+        assert (planted / RUN / "tree" / "workflow" / "specsweep" / "cli.py").is_file()  # nothing deleted there
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_stop_signals_only_the_started_run_s_own_process(work, tmp_path):
+    """A pid in a run's own private folder that is not its Snakemake (a pid since reused): nothing signalled."""
+    w, env = work
+    state = Path(env["SPECSWEEP_DETACHED_DIR"])
+    (state / RUN).mkdir(parents=True, mode=0o700)
+    os.chmod(state, 0o700)
+    (state / ".specsweep-detached").write_text("")
+    (state / RUN / ".specsweep-run").write_text("")
+    (state / RUN / "token").write_text("0" * 32 + "\n")
+    victim = _victim()
+    try:
+        (state / RUN / "pid").write_text(f"{victim.pid}\n")
+        r = _call(w, env, "--stop", RUN)
+        assert (
+            f"pid {victim.pid} of t is not its Snakemake (ended, or another process now): nothing signalled" in r.stdout
+        )
+        time.sleep(0.5)
+        assert victim.poll() is None, r.stdout
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.parametrize("run", ["../victim", "..", "a/b", ".kept-t", "", "-x", "t\nu"])
+def test_a_run_that_is_not_a_name_is_refused_and_nothing_outside_touched(work, tmp_path, run):
+    w, env = work
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    r = _call(w, env, "--start", "5", run, "--cores", "1")
+    assert r.returncode == 1 and len(r.stdout.strip().splitlines()) == 1, r.stdout
+    assert r.stdout.startswith("device-run.sh: RUN ") and "not a run name" in r.stdout, r.stdout
+    assert (victim / "keep.txt").read_text() == "mine" and not Path(env["SPECSWEEP_DETACHED_DIR"]).exists()
+
+
+@pytest.mark.parametrize("how", ["other user", "folder open to all"])
+def test_a_site_env_another_user_can_write_is_not_sourced(work, tmp_path, how):
+    w, env = work
+    site, marker = tmp_path / "site", tmp_path / PWNED
+    site.mkdir()
+    (site / "env.sh").write_text(f"echo ran > {marker}\n")
+    if how == "other user":
+        _chown_tree(site, OTHER_UID)
+    else:
+        os.chmod(site, 0o777)
+    r = _call(w, env | {"SPECSWEEP_SITE_ENV": str(site / "env.sh")}, "--wait", "1", RUN)
+    assert r.returncode == 1 and r.stdout.startswith("device-run.sh: ") and "no code is loaded" in r.stdout, r.stdout
+    assert not marker.exists()
+
+
+def test_the_default_state_folder_is_the_user_s_own(work, tmp_path):
+    """Without SPECSWEEP_DETACHED_DIR the started runs' folder is ~/.cache/specsweep-detached, checked as any."""
+    w, env = work
+    env = {k: v for k, v in env.items() if k != "SPECSWEEP_DETACHED_DIR"} | {"HOME": str(tmp_path / "home")}
+    root = tmp_path / "home" / ".cache" / "specsweep-detached"
+    assert _call(w, env, "--wait", "1", RUN).stdout.strip() == "no started run of t here (start one with --start)"
+    assert not root.exists()  # --wait creates nothing
+    root.mkdir(parents=True)
+    os.chmod(root, 0o777)
+    r = _call(w, env, "--stop", RUN)
+    assert r.returncode == 1 and r.stdout.startswith(f"device-run.sh: {root}: is writable by other users"), r.stdout
+
+
+@pytest.mark.parametrize("how", ["other user", "no marker"])
+def test_carry_refuses_a_stash_it_did_not_make(checkout, tmp_path, how):
+    """A stash another user made (parts planted) or a folder of other files (its parts/ would be removed after
+    unpacking): refused, nothing there unpacked or removed."""
+    co, env = checkout
+    stage = tmp_path / "stage"
+    assert _carry(co, env, "pack", ".device/c", str(stage / "model.gguf")).returncode == 0
+    stash = tmp_path / "stash"
+    (stash / "parts").mkdir(parents=True)
+    for p in (co / ".device" / "c").glob("part.*"):
+        shutil.copy(p, stash / "parts")
+    if how == "other user":
+        (stash / ".specsweep-stash").write_text("")
+        _chown_tree(stash, OTHER_UID)
+    for args in (["stash", str(next((co / ".device" / "c").glob("part.*")))], ["unpack", ".device/c/carry.sha256"]):
+        r = _carry(co, env, *args)
+        assert r.returncode == 1 and r.stderr.startswith(f"carry.sh: {stash}: "), r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert (stash / "parts").is_dir() and not (stash / "model.gguf").exists()
+
+
+def test_install_refuses_a_site_another_user_can_write(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    os.chmod(site, 0o777)
+    (tmp_path / "wheels").mkdir()
+    r = subprocess.run(
+        ["bash", str(ROOT / "offline-gpu" / "device-install-workflow.sh"), str(tmp_path / "wheels")],
+        env=os.environ | {"SITE": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1 and r.stderr.strip() == (
+        f"device-install-workflow.sh: {site}: is writable by other users (mode 777): no code is loaded from it; set SITE"
+    ), r.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -217,6 +218,55 @@ def test_config_env_refuses_an_allowed_family_member_that_loads_code(smoke_cfg):
         "config: env.VLLM_LOGGING_CONFIG_PATH: may not be set in the config: it names code to load (a library, a "
         "program or a logging config); export it in the shell if you mean it"
     )
+
+
+@pytest.mark.parametrize(
+    "name,why",
+    [
+        # a model folder, a cache of compiled code, tuned kernels, a topology file: the cell records the name only
+        ("VLLM_MODEL_REDIRECT_PATH", "it names a file, folder or URL"),
+        ("VLLM_CACHE_ROOT", "it names a file, folder or URL"),
+        ("VLLM_TUNED_CONFIG_FOLDER", "it names a file, folder or URL"),
+        ("PYTORCH_KERNEL_CACHE_PATH", "it names a file, folder or URL"),
+        ("NCCL_TOPO_FILE", "it names a file, folder or URL"),
+        # another vLLM switch, not among those a cell's record accounts for
+        ("VLLM_USE_MODELSCOPE", "it is none of the switches whose effect a cell records"),
+        ("VLLM_TEST_FORCE_LOAD_FORMAT", "it is none of the switches whose effect a cell records"),
+    ],
+)
+@pytest.mark.parametrize("where", ["env", "ladder.vanilla.env"])
+def test_config_env_refuses_what_the_cell_does_not_record(smoke_cfg, name, why, where):
+    """VLLM_MODEL_REDIRECT_PATH makes vLLM load another folder while the cell records the first one's manifest
+    hash: refused by name, as is every variable whose effect the cell's record does not hold."""
+    cfg = smoke_cfg | {"env": dict(smoke_cfg["env"])}
+    cfg["ladder"] = {k: dict(v) for k, v in smoke_cfg["ladder"].items()}
+    if where == "env":
+        cfg["env"][name] = "/elsewhere"
+    else:
+        cfg["ladder"]["vanilla"]["env"] = {name: "/elsewhere"}
+    with pytest.raises(SpecsweepError) as err:
+        build_study(cfg)
+    msg = str(err.value)
+    assert msg.startswith(f"config: {where}.{name}: may not be set in the config: {why}") and "\n" not in msg, msg
+
+
+def test_config_env_accepts_the_switches_a_cell_records(smoke_cfg):
+    """An allowed switch still passes, and the cell's settings (hashed into its config_sha256) hold its value."""
+    cfg = smoke_cfg | {"env": dict(smoke_cfg["env"]) | {"VLLM_USE_V2_MODEL_RUNNER": "0", "NCCL_P2P_DISABLE": "1"}}
+    study = build_study(cfg)
+    cell = next(iter(study.cell_groups))
+    recorded = study.cell_settings(cell)["env"]
+    assert {"VLLM_USE_V2_MODEL_RUNNER": "0", "NCCL_P2P_DISABLE": "1"}.items() <= recorded.items()
+
+
+def test_config_readme_lists_every_allowed_env_name():
+    from specsweep.preflight_checks import ENV_NAMES, ENV_PREFIXES
+
+    text = (ROOT / "config" / "README.md").read_text()
+    section = text[text.index("### What `env` may set") : text.index("### The engine hosts' environment")]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]  # the table's first column
+    listed = set(re.findall(r"`([A-Z][A-Z0-9_]*\*?)`", "".join(rows)))
+    assert listed == set(ENV_NAMES) | {f"{p}*" for p in ENV_PREFIXES}
 
 
 def test_every_committed_config_passes_the_env_allowlist():

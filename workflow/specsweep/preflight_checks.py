@@ -30,17 +30,64 @@ RESERVED_ENV = {
     "SPECSWEEP_SLOT_LIMIT": "it is the GPUs Snakemake grants (--resources gpu=N)",
     "SPECSWEEP_HOST_SLOTS": "it is what specsweep gives each engine host",
 }
-#: The config's `env` is an allowlist: the variables a study of vLLM's engines needs, and nothing that chooses
-#: which code runs (a config is data: LD_PRELOAD, PYTHONPATH or PATH there would run anything in every engine
-#: process). VLLM_* are vLLM's settings (VLLM_PLUGINS, VLLM_USE_V2_MODEL_RUNNER, VLLM_ENABLE_V1_MULTIPROCESSING,
-#: VLLM_ALLOW_LONG_MAX_MODEL_LEN, ...); ARCTIC_INFERENCE_* switches the Arctic Inference plugin (ARCTIC_INFERENCE_
-#: ENABLED); PYTORCH_* is PyTorch's allocator (PYTORCH_CUDA_ALLOC_CONF); NCCL_* and TORCH_NCCL_* tune the
-#: collectives of multi-GPU engines; CUDA_DEVICE_ORDER orders the GPUs the slots hand out; OMP_NUM_THREADS and
-#: MKL_NUM_THREADS size the CPU engine's thread pools; TOKENIZERS_PARALLELISM, HF_HUB_OFFLINE and
-#: TRANSFORMERS_OFFLINE keep the tokenizer quiet and the Hub unasked (the models are fetched first).
-ENV_PREFIXES = ("VLLM_", "ARCTIC_INFERENCE_", "PYTORCH_", "NCCL_", "TORCH_NCCL_")
-ENV_NAMES = frozenset(
+#: The config's `env` is an allowlist of the variables whose effect a cell records: the cell keeps their values
+#: (settings.env, and the engine key hashes them), so only a switch or a number whose whole effect follows from its
+#: value may be set, and nothing that chooses which code runs (a config is data: LD_PRELOAD, PYTHONPATH or PATH
+#: there would run anything in every engine process). vLLM's, PyTorch's and Arctic Inference's variables are
+#: allowed by name (ENV_NAMES): vLLM's others are refused, many of them name a folder, file or address whose
+#: content the cell does not record (VLLM_MODEL_REDIRECT_PATH loads another model folder while the cell records
+#: the first one's manifest hash; VLLM_CACHE_ROOT, VLLM_CONFIG_ROOT and VLLM_TUNED_CONFIG_FOLDER choose the
+#: compiled code and tuned kernels it loads). NCCL_* and TORCH_NCCL_* tune the collectives of multi-GPU engines
+#: (whole families: dozens of numeric knobs), less their members that name a file or folder (ENV_PATH) or a plugin
+#: (ENV_CODE). CUDA_DEVICE_ORDER orders the GPUs the slots hand out; OMP_NUM_THREADS and MKL_NUM_THREADS size the
+#: CPU engine's thread pools; TOKENIZERS_PARALLELISM, HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE keep the tokenizer
+#: quiet and the Hub unasked (the models are fetched first). config/README.md lists them all.
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+ENV_VLLM = frozenset(
     {
+        # what runs: plugins (installed packages, "" for none), the model runner, engine processes, compilation
+        "VLLM_PLUGINS",
+        "VLLM_USE_V2_MODEL_RUNNER",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "VLLM_WORKER_MULTIPROC_METHOD",
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+        "VLLM_ATTENTION_BACKEND",
+        "VLLM_FLASH_ATTN_VERSION",
+        "VLLM_USE_FLASHINFER_SAMPLER",
+        "VLLM_BATCH_INVARIANT",
+        "VLLM_KV_CACHE_LAYOUT",
+        "VLLM_FLOAT32_MATMUL_PRECISION",
+        "VLLM_USE_DEEP_GEMM",
+        "VLLM_MOE_USE_DEEP_GEMM",
+        "VLLM_DISABLE_COMPILE_CACHE",
+        "VLLM_USE_AOT_COMPILE",
+        "VLLM_USE_STANDALONE_COMPILE",
+        "VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE",
+        "VLLM_ENABLE_INDUCTOR_COORDINATE_DESCENT_TUNING",
+        # multi-GPU collectives
+        "VLLM_DISABLE_PYNCCL",
+        "VLLM_SKIP_P2P_CHECK",
+        "VLLM_ALLREDUCE_USE_SYMM_MEM",
+        "VLLM_USE_NCCL_SYMM_MEM",
+        # the CPU engine
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_CPU_OMP_THREADS_BIND",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU",
+        # logs, usage reports and timeouts
+        "VLLM_LOGGING_LEVEL",
+        "VLLM_CONFIGURE_LOGGING",
+        "VLLM_LOG_STATS_INTERVAL",
+        "VLLM_NO_USAGE_STATS",
+        "VLLM_DO_NOT_TRACK",
+        "VLLM_ENGINE_READY_TIMEOUT_S",
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
+    }
+)
+ENV_NAMES = ENV_VLLM | frozenset(
+    {
+        "ARCTIC_INFERENCE_ENABLED",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
         "CUDA_DEVICE_ORDER",
         "OMP_NUM_THREADS",
         "MKL_NUM_THREADS",
@@ -49,19 +96,24 @@ ENV_NAMES = frozenset(
         "TRANSFORMERS_OFFLINE",
     }
 )
-ENV_ALLOWED = ", ".join([f"{p}*" for p in ENV_PREFIXES] + sorted(ENV_NAMES))
-#: Within the allowed families, the variables that name code to load: a shared library (VLLM_*_SO_PATH,
-#: VLLM_CUDA_COMPATIBILITY_PATH, NCCL's *_PLUGIN), a program (VLLM_RUST_FRONTEND_PATH) or a logging config,
-#: whose handlers may call any installed function (VLLM_LOGGING_CONFIG_PATH).
+#: The families whose members are allowed by name only: another member is refused naming why.
+ENV_NAMED_FAMILIES = ("VLLM_", "PYTORCH_", "ARCTIC_INFERENCE_")
+ENV_ALLOWED = "the switches config/README.md lists, NCCL_* and TORCH_NCCL_*"
+#: Variables that name code to load: a shared library (VLLM_*_SO_PATH, VLLM_CUDA_COMPATIBILITY_PATH, NCCL's
+#: *_PLUGIN), a program (VLLM_RUST_FRONTEND_PATH) or a logging config, whose handlers may call any installed
+#: function (VLLM_LOGGING_CONFIG_PATH).
 ENV_CODE = re.compile(
     r"VLLM_\w*SO_PATH|VLLM_(CUDA_COMPATIBILITY_PATH|RUST_FRONTEND_PATH|LOGGING_CONFIG_PATH)|(TORCH_)?NCCL_\w*PLUGIN\w*"
 )
+#: Variables that name a file, a folder or a URL: the cell records the name, not what is read from there.
+ENV_PATH = re.compile(r"(?:[A-Z0-9_]*_)?(PATH|FILE|DIR|FOLDER|ROOT|CACHE|URL)(?:_[A-Z0-9_]*)?")
 MAX_MODEL_CONFIG_BYTES = 16 * 1024 * 1024
 
 
 def check_env(env: Any, where: str = "config: env") -> None:
-    """The config's `env`: valid names (`[A-Za-z_][A-Za-z0-9_]*`) from the allowlist (ENV_PREFIXES, ENV_NAMES;
-    none that loads code, ENV_CODE), string values without NUL, no reserved key."""
+    """The config's `env`: valid names (`[A-Za-z_][A-Za-z0-9_]*`) from the allowlist (ENV_NAMES, ENV_PREFIXES;
+    none that loads code, ENV_CODE, or names a file, folder or address, ENV_PATH), string values without NUL, no
+    reserved key."""
     if not isinstance(env, Mapping):
         raise SpecsweepError(f"{where}: must be a mapping of NAME: value, got {type(env).__name__}")
     for name, value in env.items():
@@ -69,15 +121,26 @@ def check_env(env: Any, where: str = "config: env") -> None:
             raise SpecsweepError(f"{where}: {str(name)[:60]!r} is not a valid environment variable name")
         if name in RESERVED_ENV:
             raise SpecsweepError(f"{where}.{name}: may not be set in the config: {RESERVED_ENV[name]}")
-        if not (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
-            raise SpecsweepError(
-                f"{where}.{name}: may not be set in the config: it takes only the engine's settings ({ENV_ALLOWED}); "
-                "LD_*, PYTHON*, PATH and the like choose which code runs (export them in the shell if you mean it)"
-            )
         if ENV_CODE.fullmatch(name):
             raise SpecsweepError(
                 f"{where}.{name}: may not be set in the config: it names code to load (a library, a program or a "
                 "logging config); export it in the shell if you mean it"
+            )
+        if name not in ENV_NAMES and name.startswith(ENV_NAMED_FAMILIES + ENV_PREFIXES) and ENV_PATH.fullmatch(name):
+            raise SpecsweepError(
+                f"{where}.{name}: may not be set in the config: it names a file, folder or URL, and a cell "
+                "records the name, not what is loaded from there (a model, a cache, tuned kernels); export it in "
+                "the shell if you mean it"
+            )
+        if name.startswith(ENV_NAMED_FAMILIES) and name not in ENV_NAMES:
+            raise SpecsweepError(
+                f"{where}.{name}: may not be set in the config: it is none of the switches whose effect a cell "
+                "records (config/README.md, 'What env may set', lists them); export it in the shell if you mean it"
+            )
+        if not (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
+            raise SpecsweepError(
+                f"{where}.{name}: may not be set in the config: it takes only the engine's settings ({ENV_ALLOWED}); "
+                "LD_*, PYTHON*, PATH and the like choose which code runs (export them in the shell if you mean it)"
             )
         if not isinstance(value, str):
             raise SpecsweepError(f"{where}.{name}: the value must be a string, got {type(value).__name__} (quote it)")

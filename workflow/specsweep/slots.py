@@ -4,7 +4,8 @@ file per GPU, held with flock for the life of the cell process (the kernel drops
 ends, also on kill -9, so no slot is ever leaked).
 
 The lock folder is per node and per user, never relative to the working folder (two runs started from two
-folders share it): /tmp/specsweep-gpu-slots-<uid>, or SPECSWEEP_SLOT_DIR (an absolute path). The node's GPU
+folders share it): /tmp/specsweep-gpu-slots-<uid> (made 0700; refused when it is not a real folder of this user's
+that nobody else can write), or SPECSWEEP_SLOT_DIR (an absolute path). The node's GPU
 ids come from SPECSWEEP_GPU_IDS (e.g. "0,1,2,3"; each id once), else from NVML, else none (CPU). A cell
 needing more GPUs than the node has is refused at once; a wait for busy GPUs ends after
 SPECSWEEP_SLOT_TIMEOUT_S seconds (default one hour) with one line naming the GPUs and their holders. A
@@ -93,7 +94,8 @@ def node_gpu_ids() -> list[str]:
 
 
 def _prepare(folder: Path, default: bool) -> None:
-    """Create the lock folder; the default one in /tmp must be a real folder owned by this user."""
+    """Create the lock folder (0700); the default one in /tmp must be a real folder owned by this user and
+    writable by nobody else (another user could plant lock files there and hold the GPUs)."""
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(folder)
@@ -105,6 +107,11 @@ def _prepare(folder: Path, default: bool) -> None:
         raise SpecsweepError(
             f"gpu slots: lock folder {folder}: belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); "
             "set SPECSWEEP_SLOT_DIR"
+        )
+    if default and stat.S_IMODE(st.st_mode) & 0o022:
+        raise SpecsweepError(
+            f"gpu slots: lock folder {folder}: is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+            "chmod 700 it, or remove it"
         )
 
 
