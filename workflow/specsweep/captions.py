@@ -16,6 +16,7 @@ from typing import Any
 
 from . import stats
 from .claims import R_BAND
+from .crossover import describe
 from .errors import SpecsweepError
 from .jsonio import atomic_write_bytes
 from .view import (
@@ -242,17 +243,13 @@ def _fig8(data: Tables, _: str, others: Sequence[Tables] = ()) -> str:
     )
 
 
-def _end(b: float | None) -> str:
-    return "open" if b is None else f"{b:g}"
-
-
 def _fig9(data: Tables, _: str) -> str:
     conc = data.concurrency()
     parts = []
     for key, x in crossovers(conc).items():
         name = "/".join(key)
-        if str(x["note"]).startswith("crosses"):
-            parts.append(f"{name} b* = {x['b_star']:g} [{_end(x['b_star_lo'])}, {_end(x['b_star_hi'])}] (n = {x['n']})")
+        if x["b_star"] is not None:
+            parts.append(f"{name} {describe(x)} (n = {x['n']})")
         else:
             parts.append(f"{name}: {x['note']}")
     tpot = []

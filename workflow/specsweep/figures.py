@@ -1298,7 +1298,7 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
                         if 0 < v.n < data.repeats:  # the fewer of the drafter's and the baseline's repeats
                             _fewer(labels_a, b, v.top, v.n)
                     x = cross.get((model, w, cfg))
-                    if x is None or not str(x["note"]).startswith("crosses"):
+                    if x is None or x["b_star"] is None:  # b* only where it crosses once, its interval closed
                         continue
                     star, lo, hi = x["b_star"], x["b_star_lo"], x["b_star_hi"]
                     span = [lo if lo is not None else star, hi if hi is not None else star]
@@ -1329,7 +1329,8 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
             )
         needs.notes.append(
             "a) each speedup pairs a drafter's cells with the baseline's at the same b; b* interpolated on log b "
-            "between the last b with speedup > 1 and the next with speedup < 1; band: where the interval's lower "
+            "between the last b with speedup > 1 and the next with speedup < 1, drawn only where the speedup "
+            "crosses 1 once with both ends of its interval inside the measured b; band: where the interval's lower "
             "and upper bounds fall through 1 (pointwise intervals, so its coverage is approximate)"
         )
         needs.notes.append("b) TPOT: median over requests per repeat, median over repeats (no interval)")
