@@ -146,10 +146,13 @@ def _f(v: Any, d: int = 2) -> str:
 
 
 def _iv(p: Any, lo: Any, hi: Any, d: int = 2, none: str = " (n<2)") -> str:
-    """'p [lo, hi]', or p and `none` (why there is no interval) when there is none."""
+    """'p [lo, hi]', or p and `none` (why there is no interval) when there is none; a zero-width interval is
+    named as identical values (over prompts where `none` says it is K's, else over engine starts)."""
     if p is None:
         return "–"
-    return f"{p:.{d}f}" + (f" [{lo:.{d}f}, {hi:.{d}f}]" if lo is not None and hi is not None else none)
+    if lo is None or hi is None:
+        return f"{p:.{d}f}{none}"
+    return f"{p:.{d}f}" + stats.interval_text(lo, hi, f".{d}f", over="prompts" if none == NO_PROMPTS else "starts")
 
 
 #: Why a K has no interval: K's interval is over prompts, from the cells' per-request data.
@@ -877,9 +880,12 @@ def readme_sentence(
     parts = [f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: (order.index(v.split(" ")[0]), v))]
     claims = ", ".join(f"{c['id']} {c['verdict']}" for c in decided)
     dummy = [m for m, spec in study.models.items() if spec.weights == "dummy"]
+    what = "step times and R, not acceptance or a usable speedup"
     weights = (
-        " (random weights, `weights: dummy`: step times and R, not acceptance or a usable speedup)"
+        f" (random weights, `weights: dummy`: {what})"
         if dummy and len(dummy) == len(study.models)
+        else f" (random weights, `weights: dummy`, for {', '.join(sorted(dummy))}: {what})"
+        if dummy
         else ""
     )
     ns = sorted({c["n_starts"] or c["n"] for c in crow if c["n"]})

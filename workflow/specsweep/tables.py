@@ -823,7 +823,7 @@ def _ci(point: Any, lo: Any, hi: Any, digits: int = 2) -> str:
         return "–"
     if lo is None:
         return _fmt(point, digits)
-    return f"{point:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    return f"{point:.{digits}f}" + stats.interval_text(lo, hi, f".{digits}f")
 
 
 def _replication(r: dict[str, Any]) -> str:
