@@ -911,7 +911,8 @@ def summary_markdown(
         ]
         lines += [
             f"| {x['model']} | {x['workload']} | {x['step']} | "
-            f"{crossover.shown(x['b_star'], x['b_star_lo'], x['b_star_hi'])} | {x['n']} | {x['note']} |"
+            f"{crossover.shown(x['b_star'], x['b_star_lo'], x['b_star_hi']) if x['b_star'] is not None else '–'} | "
+            f"{x['n']} | {x['note']} |"
             for x in xrows
         ]
     for title, status in (("Failed cells", "failed"), ("Partial cells", "partial"), ("Missing cells", "missing")):
