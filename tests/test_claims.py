@@ -409,7 +409,18 @@ def test_committed_runs_decide_for_the_right_reason():
     assert "random weights" in shapes["C1"]["evidence"] and "random weights" in shapes["C5"]["evidence"]
     assert shapes["C6"]["cells"] == ["qwen2.5-32b-instruct/code-t1/ngram", "qwen2.5-32b-instruct/code-t1/suffix"]
     assert shapes["C6"]["verdict"] == claims.TECHNICAL  # passes on one engine decide nothing
-    assert "qwen2.5-32b-instruct/code-t1/ngram 1.29 (technical replicates): undecided" in shapes["C6"]["evidence"]
+    # R at zero acceptance (code-t1: drafts all rejected) bounds R from below only
+    assert (
+        "qwen2.5-32b-instruct/code-t1/ngram 1.29 (technical replicates) (zero acceptance: a lower bound on R): "
+        "undecided" in shapes["C6"]["evidence"]
+    ), shapes["C6"]["evidence"]
+    # h200-reference: C2 refuted (ratio interval below 1.5), C5 decided on ngram alone (both forms refuted)
+    ref = load("h200-reference")
+    assert ref["C2"]["verdict"] == "refuted" and "ratio 1.09 [1.00, 1.17] against 1.5" in ref["C2"]["evidence"]
+    assert ref["C5"]["verdict"] == "refuted" and ref["C5"]["evidence"].startswith("ngram drafter: linear over")
+    assert load("h200-suffix-depth")["C5"]["verdict"] == claims.NOT_COVERED
+    c9 = load("h200-smollm2-concurrency")["C9"]
+    assert c9["verdict"] == "undecided" and "sonnet/suffix at b = 1 [0.196, 1.162]" in c9["evidence"]
     for run in ("h200-smollm2", "h200-shapes", "h200x2-shapes", "h200-fp8-shapes"):
         for c in load(run).values():
             assert c["rule"] and c["evidence"], (run, c["id"])

@@ -128,7 +128,7 @@ def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
         ),
         t / "speedup.parquet",
     )
-    x = {"model": "m", "workload": "code", "b_star_lo": 1.5, "b_star_hi": None, "n": 2}
+    x = {"model": "m", "workload": "code", "b_star_lo": 1.5, "b_star_hi": 6.0, "n": 2}
     pq.write_table(
         pa.Table.from_pylist(
             [
@@ -142,7 +142,7 @@ def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
     assert docs.concurrency_summary(tmp_path).splitlines() == [
         "| run | model | workload | drafter | b = 1 | b = 8 | b* |",
         "|---|---|---|---|---|---|---|",
-        "| conc | m | code | ngram | 2.35 faster | 0.87 undecided | b* = 3.2 [1.5, open] |",
+        "| conc | m | code | ngram | 2.35 faster | 0.87 undecided | b* = 3.2 [1.5, 6.0] |",
     ]
 
 
