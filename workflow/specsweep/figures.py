@@ -5,11 +5,11 @@ they draw from (shared with the captions) are :mod:`specsweep.view`; label place
 cells each figure used and those it needed but lacked.
 
 Repeats: every bar or marker is a cell's median over its repeats (the tok/s bars of figures 1 and 3: its
-geometric mean over engine starts, the statistic their speedup labels are ratios of), with a whisker for its 95 %
-interval over engine starts (the tables' ``*_lo``/``*_hi``; K's over prompts); every footer states the n its cells have (and
-the repeats planned where that differs), and a cell measured fewer times than planned is labelled with its own
-n.  A cell with fewer than 2 engine starts (one pass, or passes on one engine) has no interval, and so no
-whisker.
+geometric mean over engine starts, the statistic their speedup labels are ratios of), with a whisker for its
+95 % interval over engine starts (the tables' ``*_lo``/``*_hi``; K's over prompts); every footer states the n
+its cells have (and the repeats planned where that differs), and a cell measured fewer times than planned is
+labelled with its own n.  A cell with fewer than 2 engine starts (one pass, or passes on one engine) has no
+interval, and so no whisker.
 
 Missing data: a figure is never silently drawn from a subset.  What exists is drawn, a needed cell without a
 measurement gets an ``n/a`` marker where its bar would be, and every such cell is listed in a red box on the
