@@ -227,6 +227,9 @@ def test_c6_decides_from_32b_and_up_only_and_r0_of_random_weights():
     full |= {"R_decode_lo": 3.6, "R_decode_hi": 3.9}
     c6 = _by_id(claims.decide(shapes, [], [r0, full], []))["C6"]
     assert c6["verdict"] == "confirmed" and c6["cells"] == [f"{m32}/code-t1/ngram"]
+    # R0 measured (K 1.0, drafts all rejected): inside the band it bounds R from below and confirms nothing
+    c6 = _by_id(claims.decide(shapes, [], [r0 | {"K": 1.0}, full], []))["C6"]
+    assert c6["verdict"] == "undecided" and "bound only" in c6["evidence"], c6["evidence"]
     assert "R_full" in c6["evidence"] and "3.80 [3.60, 3.90]" in c6["evidence"]
 
 
@@ -408,7 +411,18 @@ def test_committed_runs_decide_for_the_right_reason():
     assert "random weights" in shapes["C1"]["evidence"] and "random weights" in shapes["C5"]["evidence"]
     assert shapes["C6"]["cells"] == ["qwen2.5-32b-instruct/code-t1/ngram", "qwen2.5-32b-instruct/code-t1/suffix"]
     assert shapes["C6"]["verdict"] == claims.TECHNICAL  # passes on one engine decide nothing
-    assert "qwen2.5-32b-instruct/code-t1/ngram 1.29 (technical replicates): undecided" in shapes["C6"]["evidence"]
+    # R at zero acceptance (code-t1: drafts all rejected) bounds R from below only
+    assert (
+        "qwen2.5-32b-instruct/code-t1/ngram 1.29 (technical replicates) (zero acceptance: a lower bound on R): "
+        "undecided" in shapes["C6"]["evidence"]
+    ), shapes["C6"]["evidence"]
+    # h200-reference: C2 refuted (ratio interval below 1.5), C5 decided on ngram alone (both forms refuted)
+    ref = load("h200-reference")
+    assert ref["C2"]["verdict"] == "refuted" and "ratio 1.09 [1.00, 1.17] against 1.5" in ref["C2"]["evidence"]
+    assert ref["C5"]["verdict"] == "refuted" and ref["C5"]["evidence"].startswith("ngram drafter: linear over")
+    assert load("h200-suffix-depth")["C5"]["verdict"] == claims.NOT_COVERED
+    c9 = load("h200-smollm2-concurrency")["C9"]
+    assert c9["verdict"] == "undecided" and "sonnet/suffix at b = 1 [0.196, 1.162]" in c9["evidence"]
     for run in ("h200-smollm2", "h200-shapes", "h200x2-shapes", "h200-fp8-shapes"):
         for c in load(run).values():
             assert c["rule"] and c["evidence"], (run, c["id"])
@@ -451,3 +465,102 @@ def test_a_cpu_run_decides_no_claim_and_answers_its_own_question():
     assert cpu["verdict"] == "confirmed" and "12 of 12 planned measurements ok" in cpu["evidence"]
     cpu = _by_id(claims.decide(study, [], [], steady[:-1], every_cell=[*at_b[:-1], at_b[-1] | {"n": 2}]))["CPU"]
     assert cpu["verdict"] == "refuted" and "11 of 12 planned measurements ok" in cpu["evidence"]
+
+
+def _k_cell(model: str, workload: str, step: str, method: str, k: float, k_lo: float, k_hi: float) -> dict:
+    return _cell(model, workload, step, method=method, K_median=k, K_lo=k_lo, K_hi=k_hi)
+
+
+def test_c2_is_refuted_when_the_ratio_interval_lies_below_its_threshold():
+    """h200-reference's code cells: suffix K 3.76 [3.62, 3.92] vs ngram 3.47 [3.34, 3.61] bound the ratio to
+    [1.00, 1.17], wholly below the rule's 1.5: refuted, not undecided. A ratio interval across 1.5 is undecided, one
+    at or above it confirms."""
+    study = _study()
+    m = "smollm2-135m-instruct"
+
+    def c2(suffix: tuple[float, float, float], ngram: tuple[float, float, float]) -> dict:
+        cells = [_k_cell(m, "code", "suffix", "suffix", *suffix), _k_cell(m, "code", "ngram", "ngram", *ngram)]
+        return _by_id(claims.decide(study, cells, [], []))["C2"]
+
+    got = c2((3.76, 3.62, 3.92), (3.47, 3.34, 3.61))
+    assert got["verdict"] == "refuted", got["evidence"]
+    assert "ratio 1.08 [1.00, 1.17] against 1.5: refuted" in got["evidence"], got["evidence"]
+    assert c2((5.0, 4.6, 5.4), (3.47, 3.34, 3.61))["verdict"] == "undecided"  # [1.27, 1.62]
+    assert c2((6.0, 5.8, 6.2), (3.47, 3.34, 3.61))["verdict"] == "confirmed"  # [1.61, 1.86]
+    assert c2((6.0, None, None), (3.47, 3.34, 3.61))["verdict"] == "undecided (no per-prompt data)"
+
+
+def _k_spec(model: str, workload: str, step: str, method: str, pos: list[int], k_half: float = 0.05) -> dict:
+    k = 1 + sum(pos) / 10000
+    row = _k_cell(model, workload, step, method, k, k - k_half, k + k_half)
+    return row | {"drafts": 10000, "draft_tokens": 70000, "accepted_per_pos": pos}
+
+
+#: positions accepted as the linear form predicts (K = 1 + 0.5 * 7 = 4.5; Leviathan's i.i.d. form says ~2.0)
+LINEAR = [5000, 3750, 3000, 2500, 2100, 1900, 1750]
+#: positively correlated positions: K ~ 3.9, linear (4.5) over-predicts, Leviathan (~2.0) under-predicts
+CORRELATED = [5000, 4800, 4600, 4400, 4200, 4000, 3800]
+
+
+def test_c5_is_decided_on_the_ngram_drafter_counted_once():
+    """h200-reference: on the ngram cells the linear form over-predicts every one and Leviathan's under-predicts
+    every one (both refuted: C5 refuted); the suffix drafter's cells, where the linear form fits, decide nothing,
+    and suffix and trident (one drafter) are stated once."""
+    study = _study()
+    m = "smollm2-135m-instruct"
+    ngram = [_k_spec(m, w, "ngram", "ngram", CORRELATED) for w in ("code", "chat")]
+    suffix = [_k_spec(m, w, step, "suffix", LINEAR) for w in ("code", "chat") for step in ("suffix", "trident")]
+    c5 = _by_id(claims.decide(study, ngram + suffix, [], []))["C5"]
+    assert c5["verdict"] == "refuted", c5["evidence"]
+    assert c5["cells"] == [f"{m}/chat/ngram", f"{m}/code/ngram"]
+    assert "ngram drafter: linear over-predicts 2 of 2" in c5["evidence"], c5["evidence"]
+    assert "other drafters, not deciding: suffix drafter, 2 cell(s)" in c5["evidence"], c5["evidence"]
+    # no ngram cells: not covered, whatever the suffix drafter's cells say
+    c5 = _by_id(claims.decide(study, suffix, [], []))["C5"]
+    assert c5["verdict"] == claims.NOT_COVERED and "no cells of the ngram drafter" in c5["evidence"], c5
+
+
+def test_c5_a_form_missing_every_cell_in_both_directions_does_not_stand():
+    """h200-suffix-depth: the linear form over-predicted one cell and under-predicted the other, and C5 said
+    `confirmed`; a form that fits no cell does not stand, whichever side it misses on."""
+    study = _study()
+    m = "smollm2-135m-instruct"
+    over = _k_spec(m, "code", "ngram", "ngram", CORRELATED)  # linear 4.5 vs K 3.9: over
+    # K 6.5 measured with p1 = 0.5 and 7-token drafts: linear (4.5) and Leviathan (~2.0) under-predict
+    under = _k_spec(m, "chat", "ngram", "ngram", LINEAR) | {"K_median": 6.5, "K_lo": 6.45, "K_hi": 6.55}
+    c5 = _by_id(claims.decide(study, [over, under], [], []))["C5"]
+    assert "linear over-predicts 1, under-predicts 1 of 2" in c5["evidence"], c5["evidence"]
+    assert c5["verdict"] == "refuted", c5["evidence"]
+
+
+def test_c6_zero_acceptance_may_refute_but_never_confirm():
+    """A 70B ngram cell that made no drafts (no verify step): its R 1.30 [1.27, 1.36] lies inside the band but
+    only bounds the article's R from below, so C6 is undecided, not confirmed; one above the band refutes."""
+    study = _study(params_b=70.0)
+    m = "smollm2-135m-instruct"
+    r = _sp(70.0, "ngram", "ngram", "slower", 0.9, model=m, R_decode=1.30, R_decode_lo=1.27, R_decode_hi=1.36)
+    none_made = _cell(m, "code", "ngram", method="ngram", drafts=0, accepted=0)
+    c6 = _by_id(claims.decide(study, [none_made], [r], []))["C6"]
+    assert c6["verdict"] == "undecided", c6["evidence"]
+    assert "(zero acceptance: a lower bound on R): bound only" in c6["evidence"], c6["evidence"]
+    made = none_made | {"drafts": 1000, "accepted": 3000}
+    assert _by_id(claims.decide(study, [made], [r | {"K": 4.0}], []))["C6"]["verdict"] == "confirmed"
+    above = r | {"R_decode": 1.6, "R_decode_lo": 1.5, "R_decode_hi": 1.7}
+    assert _by_id(claims.decide(study, [none_made], [above], []))["C6"]["verdict"] == "refuted"
+    below = r | {"R_decode": 1.1, "R_decode_lo": 1.05, "R_decode_hi": 1.15}  # R0 under the band: says nothing
+    assert _by_id(claims.decide(study, [none_made], [below], []))["C6"]["verdict"] == "undecided"
+    assert _by_id(claims.decide(study, [made], [below | {"K": 4.0}], []))["C6"]["verdict"] == "refuted"
+
+
+def test_c7_says_it_cannot_separate_answer_length():
+    study = _study()
+    m = "smollm2-135m-instruct"
+    cells = [
+        _k_cell(m, "chat", "ngram", "ngram", 5.23, 5.07, 5.39) | {"output_tokens_mean": 565.0},
+        _k_cell(m, "sonnet", "ngram", "ngram", 4.28, 4.14, 4.41) | {"output_tokens_mean": 251.0},
+    ]
+    c7 = _by_id(claims.decide(study, cells, [], []))["C7"]
+    assert c7["verdict"] == "confirmed"
+    assert "cannot separate" in c7["evidence"] and "answers' length" in c7["evidence"], c7["evidence"]
+    assert f"mean answer tokens: {m}/ngram chat 565, sonnet 251" in c7["evidence"], c7["evidence"]
+    assert "answers' length" in c7["rule"]

@@ -350,10 +350,88 @@ def test_a_run_measured_only_at_concurrencies_plans_figure_9_alone():
     both = build_study(cfg)
     assert {"fig1_headline", "fig2_r_vs_k_code", "fig9_concurrency"} <= set(planned_figures(both))
     assert "fig3_sonnet_ladder" in left_out_by_config(both)  # no sonnet: as before
+    # one model: figures 5 and 8 have no model-size axis to draw along, and say so
+    assert left_out_by_config(both)["fig8_r_at_scale"] == "one model only: nothing to draw against model size: " + (
+        "smollm2-135m-instruct"
+    )
+    assert left_out_by_config(both)["fig5_model_size"].startswith("one model only")
     # repeats: 1 (a cheap run): figure 8 draws no R from a single repeat, so it is not planned (the render
     # would leave it out and the workflow wait for it in vain), unless other runs' R is drawn beside
-    assert "fig8_r_at_scale" in planned_figures(both)
     one = build_study({**cfg, "repeats": 1})
     assert left_out_by_config(one)["fig8_r_at_scale"] == "R only from single repeats (the run has repeats: 1)"
     assert "fig8_r_at_scale" not in planned_figures(one)
     assert "fig8_r_at_scale" in planned_figures(build_study({**cfg, "repeats": 1, "r_at_scale_runs": ["h200-shapes"]}))
+
+
+def test_throughput_bars_are_the_geometric_means_the_labels_are_ratios_of(paper_tables):
+    """Figures 1 and 3 draw tok/s bars labelled with the speedup, a ratio of geometric means over engine starts:
+    the bars are those geometric means (not medians, which put trident's bar above suffix's while its label was
+    lower), and the footer says so."""
+    from specsweep.figures import _Ctx, _fig3_sonnet_ladder
+    from specsweep.view import Tables
+
+    tables_dir, study = paper_tables
+    data = Tables.load(tables_dir, study.run)
+    model = study.raw["headline_model"]
+    ctx = _Ctx(data=data, model=model, out_dir=None)
+    _fig3_sonnet_ladder(ctx)
+    fig = ctx.keep["fig3_sonnet_ladder"]
+    heights = sorted(round(p.get_height(), 6) for p in fig.axes[0].patches if p.get_height() > 0)
+    ladder = data.ladder(model, "sonnet")
+    geo = [data.geo((model, "sonnet", c), "output_tok_s") for c in ladder]
+    med = [data.val((model, "sonnet", c), "output_tok_s") for c in ladder]
+    assert heights == sorted(round(v.point, 6) for v in geo if v is not None)
+    assert all(g.lo < g.point < g.hi for g in geo) and [g.point for g in geo] != [m.point for m in med]
+    # the geometric mean of each cell's engine starts, which the speedup is a ratio of
+    sp = data.spd((model, "sonnet", "trident"), "speedup").point
+    assert sp == pytest.approx(geo[ladder.index("trident")].point / geo[0].point, rel=1e-9)
+    texts = [t.get_text() for t in fig.texts]
+    assert any("bar/marker = geometric mean over engine starts" in t for t in texts), texts
+
+
+def test_a_model_size_axis_with_one_model_is_left_out(tmp_path):
+    """Figures 5 and 8 of h200-reference drew one model on a model-size axis: left out, the reason in the
+    manifest."""
+    from specsweep.figures import LeftOut, _Ctx, _fig5_model_size, _fig8_r_at_scale
+    from specsweep.view import ONE_MODEL, Tables
+
+    data = Tables.load(ROOT / "results/h200-reference/tables", "h200-reference")
+    ctx = _Ctx(data=data, model="smollm2-135m-instruct", out_dir=None)
+    for draw in (_fig5_model_size, _fig8_r_at_scale):
+        with pytest.raises(LeftOut, match=ONE_MODEL):
+            draw(ctx)
+    cfg = yaml.safe_load((ROOT / "config/h200-reference.yaml").read_text())
+    from specsweep.view import left_out_by_config
+
+    left = left_out_by_config(build_study(cfg))
+    assert left["fig5_model_size"].startswith(ONE_MODEL) and left["fig8_r_at_scale"].startswith(ONE_MODEL)
+
+
+def test_figures_of_random_weights_say_so_in_title_and_caption():
+    """Figure 9 of h200-concurrency-32b showed 6.9x with only the model's name saying random weights."""
+    from specsweep.figures import _Ctx, _fig9_concurrency
+    from specsweep.view import CONCURRENCY_FIGURE, Tables
+
+    tables_dir, run, model = ROOT / "results/h200-concurrency-32b/tables", "h200-concurrency-32b", "qwen2.5-32b-dummy"
+    data = Tables.load(tables_dir, run)
+    data.dummy = frozenset({model})
+    ctx = _Ctx(data=data, model=model, out_dir=None)
+    _fig9_concurrency(ctx)
+    title = ctx.keep[CONCURRENCY_FIGURE]._suptitle.get_text().replace("\n", " ")
+    assert f"(random weights: {model})" in title, title
+    text = captions(tables_dir, model, run, dummy={model})[CONCURRENCY_FIGURE].replace("\\", "")
+    assert f"**{model}** (random weights)" in text, text[-400:]
+
+
+def test_a_zero_width_interval_is_named_identical():
+    """Three identical values give an interval of zero width, which says nothing about spread: named so."""
+    from specsweep import claims
+    from specsweep.captions import _v
+    from specsweep.view import Val
+
+    assert stats.interval_text(2.11, 2.11, ".2f", 3) == " (identical over 3 starts)"
+    assert stats.interval_text(2.0, 2.2) == " [2.00, 2.20]"
+    assert _v(Val(2.11, 2.11, 2.11, 3)) == "2.11 (identical over 3 starts)"
+    assert _v(Val(1.0, 1.0, 1.0, 3), over="prompts") == "1.00 (identical over its prompts)"
+    assert tables._ci(2.11, 2.11, 2.11) == "2.11 (identical over its starts)"
+    assert claims._iv(1.0, 1.0, 1.0, none=claims.NO_PROMPTS) == "1.00 (identical over its prompts)"

@@ -189,7 +189,7 @@ def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
         ),
         t / "speedup.parquet",
     )
-    x = {"model": "m", "workload": "code", "b_star_lo": 1.5, "b_star_hi": None, "n": 2}
+    x = {"model": "m", "workload": "code", "b_star_lo": 1.5, "b_star_hi": 6.0, "n": 2}
     pq.write_table(
         pa.Table.from_pylist(
             [
@@ -203,7 +203,7 @@ def test_concurrency_summary_reads_speedups_per_b_and_the_crossover(tmp_path):
     assert docs.concurrency_summary(tmp_path).splitlines() == [
         "| run | model | workload | drafter | b = 1 | b = 8 | b* |",
         "|---|---|---|---|---|---|---|",
-        "| conc | m | code | ngram | 2.35 faster | 0.87 undecided | b* = 3.2 [1.5, open] |",
+        "| conc | m | code | ngram | 2.35 faster | 0.87 undecided | b* = 3.2 [1.5, 6.0] |",
     ]
 
 
@@ -251,3 +251,24 @@ def test_the_committed_demo_runs_are_complete():
             assert r["verdict"] in {"faster", "slower", "equivalent", "undecided", "confirmed", "refuted"}, r
             if r["estimate"]:
                 assert float(r["lo"]) <= float(r["estimate"]) <= float(r["hi"]), r
+
+
+def test_docs_name_the_statistic_the_code_uses():
+    """The speedups are ratios of geometric means over engine starts (tables.speedup_numbers, stats.ratio_ci);
+    the README and docs/design.md said "ratio of medians"."""
+    design = " ".join((ROOT / "docs/design.md").read_text().split())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "per non-baseline cell, the ratio of geometric means over engine starts" in design
+    assert "the ratio of medians against" not in design
+    assert "median over 3 engine starts, paired" not in readme
+    assert "ratio of geometric means over engine starts" in readme
+
+
+def test_readme_rows_of_random_weights_say_so():
+    """Every README row drawn from random-weight cells names them: the concurrency summary's model column, and a
+    run some of whose models have random weights names those."""
+    for line in docs.concurrency_summary(ROOT).splitlines()[2:]:
+        if "-dummy" in line:
+            assert "(random weights)" in line, line
+    assert docs._models(["a", "b"], {"b"}) == "a, b (random weights)" and docs._models(["a"], set()) == "a"
+    assert docs._models(["a", "b"], {"a", "b"}) == "a, b (random weights)"

@@ -216,7 +216,10 @@ def test_figure_8_footer_covers_every_model_it_draws():
         foot = caption.split("\n\n")[-1]
         rows = pq.read_table(ROOT / "results" / run / "tables" / "cells.parquet").to_pylist()
         sizes = {r["model"]: r["model_params_b"] for r in rows}
-        assert foot.startswith("Models " + ", ".join(f"**{m}**" for m in sorted(sizes, key=sizes.__getitem__))), run
+        # every model of these runs has random weights, and the footer says so of each
+        assert foot.startswith(
+            "Models " + ", ".join(f"**{m}** (random weights)" for m in sorted(sizes, key=sizes.__getitem__))
+        ), run
         for r in rows:
             cell = f"{r['model']}/{r['workload']}/{r['config']}"
             assert (cell in foot) == (not r["n"] or r["n"] < 3), (run, cell)

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import stats
 from .claims import R_BAND
+from .crossover import describe
 from .errors import SpecsweepError
 from .jsonio import atomic_write_bytes
 from .view import (
@@ -62,11 +63,14 @@ def check_rst(name: str, text: str) -> str:
 _e = rst_text
 
 
-def _v(v: Val | None, spec: str = ".2f") -> str:
+def _v(v: Val | None, spec: str = ".2f", over: str = "starts") -> str:
+    """A value with its interval ('identical over n starts' where it has zero width; K's is over prompts)."""
     if v is None:
         return "n/a"
     text = format(v.point, spec)
-    return text + (f" [{format(v.lo, spec)}, {format(v.hi, spec)}]" if v.has_interval else f" (n={v.n})")
+    if v.lo is not None and v.hi is not None:  # v.has_interval
+        return text + stats.interval_text(v.lo, v.hi, spec, v.n if over == "starts" else None, over)
+    return text + f" (n={v.n})"
 
 
 def _gain(data: Tables, cell: tuple[str, str, str]) -> str:
@@ -118,7 +122,7 @@ def _fig2(data: Tables, m: str) -> str:
     for c in ladder:
         cell = (m, "code", c)
         parts.append(
-            f"{_e(c)}: K = {_v(data.val(cell, 'K'))}, T = {_v(data.spd(cell, 'T'))}, "
+            f"{_e(c)}: K = {_v(data.val(cell, 'K'), over='prompts')}, T = {_v(data.spd(cell, 'T'))}, "
             f"R = {_v(data.spd(cell, 'R'))} (decode steps only {_v(data.spd(cell, 'R_decode'))}), "
             f"speedup {_v(data.spd(cell, 'speedup'), '.3f')} {_e(data.verdict(cell) or '')}".rstrip()
         )
@@ -132,8 +136,9 @@ def _fig2(data: Tables, m: str) -> str:
 def _fig3(data: Tables, m: str) -> str:
     ladder = data.ladder(m, "sonnet")
     return (
-        "The sonnet ladder, output tok/s: "
-        + " → ".join(f"{_e(c)} {_v(data.val((m, 'sonnet', c), 'output_tok_s'), '.0f')}" for c in ladder)
+        "The sonnet ladder, output tok/s (geometric mean over engine starts, the statistic the speedups are "
+        "ratios of; the median below 2 starts): "
+        + " → ".join(f"{_e(c)} {_v(data.geo((m, 'sonnet', c), 'output_tok_s'), '.0f')}" for c in ladder)
         + ". Speedups: "
         + "; ".join(f"{_e(c)} {_gain(data, (m, 'sonnet', c))}" for c in ladder if c != data.baseline)
         + "."
@@ -144,7 +149,8 @@ def _fig4(data: Tables, m: str) -> str:
     return (
         "K and α per workload and method, with each cell's own R and T: "
         + "; ".join(
-            f"{_e(w)}/{_e(c)} K = {_v(data.val((m, w, c), 'K'))}, α = {_v(data.val((m, w, c), 'alpha'), '.3f')}, "
+            f"{_e(w)}/{_e(c)} K = {_v(data.val((m, w, c), 'K'), over='prompts')}, "
+            f"α = {_v(data.val((m, w, c), 'alpha'), '.3f', over='prompts')}, "
             f"R = {_v(data.spd((m, w, c), 'R'))}, T = {_v(data.spd((m, w, c), 'T'))}"
             for w in K_ALPHA_WORKLOADS
             for c in SPEC_METHODS
@@ -242,17 +248,13 @@ def _fig8(data: Tables, _: str, others: Sequence[Tables] = ()) -> str:
     )
 
 
-def _end(b: float | None) -> str:
-    return "open" if b is None else f"{b:g}"
-
-
 def _fig9(data: Tables, _: str) -> str:
     conc = data.concurrency()
     parts = []
     for key, x in crossovers(conc).items():
         name = "/".join(key)
-        if str(x["note"]).startswith("crosses"):
-            parts.append(f"{name} b* = {x['b_star']:g} [{_end(x['b_star_lo'])}, {_end(x['b_star_hi'])}] (n = {x['n']})")
+        if x["b_star"] is not None:
+            parts.append(f"{name} {describe(x)} (n = {x['n']})")
         else:
             parts.append(f"{name}: {x['note']}")
     tpot = []
@@ -315,7 +317,7 @@ def captions(
         run for figure 8, which draws them all; figure 9: the cells at a b)."""
         mine = [c for c in d.cells if c[0] in models]
         device = next((r["device_name"] for r in d.rows_of(mine) if r.get("device_name")), "unknown device")
-        named = ", ".join(f"**{_e(m)}**" for m in models)
+        named = ", ".join(f"**{_e(m)}**" + (" (random weights)" if m in data.dummy else "") for m in models)
         foot = (
             f"\n\nModel{'s' if len(models) > 1 else ''} {named} on {_e(device)}; "
             f"{_e(d.n_text(mine, with_replication=False))}, {_e(stats.REPEATS_ARE[d.replication])}: "

@@ -5,8 +5,11 @@ Method. Each measured b gives a speedup with its 95 % interval (``stats.ratio_ci
 (``stats.verdict``). The curves speedup(b), lo(b) and hi(b) are joined linearly in log b between the
 measured concurrencies, and:
 
-- ``b_star``: where speedup(b) first falls through 1, between the last b whose speedup is > 1 and the next
-  b whose speedup is < 1 (log-linear interpolation between the two);
+- ``b_star``: where speedup(b) falls through 1, between the last b whose speedup is > 1 and the next
+  b whose speedup is < 1 (log-linear interpolation between the two), given only where the speedup crosses 1
+  once and both ends of its interval are closed: a measured b below where the drafter measurably pays and one
+  above where it measurably costs. A curve that crosses 1 more than once, or once with an open end, has no
+  b*: its note lists each crossing as the two measured b it lies between;
 - ``b_star_lo``: where the lower bound lo(b) first falls through 1: below it the drafter measurably pays;
   ``b_star_hi``: where the upper bound hi(b) falls through 1 for the last time: above it the drafter
   measurably costs. Since lo <= speedup <= hi at every b, b_star_lo <= b_star <= b_star_hi.
@@ -14,12 +17,15 @@ measured concurrencies, and:
 Limits. The interval is built from pointwise 95 % intervals, not a simultaneous band over b, so its
 coverage is approximate; interpolation assumes the speedup is linear in log b between measured points, so
 b* is only as fine as the b grid; an end outside the measured range is left open (None): the lower end
-when lo(b) <= 1 already at the smallest b, the upper end when hi(b) >= 1 still at the largest b.
+when lo(b) <= 1 already at the smallest b, the upper end when hi(b) >= 1 still at the largest b. The table
+stores four significant figures; every text shows b* and its interval with the figures the interval
+supports (:func:`shown`).
 
 Notes say which case a curve is: ``pays at every measured b`` (every verdict faster: b* above the largest
 b, b_star_lo = that b), ``costs at every measured b`` (every verdict slower: b* below the smallest b, if
-anywhere, b_star_hi = that b; at b = 1 already: no b*), ``crosses 1 ...`` (b* found), ``rises through 1
-...`` (the other way: costs at low b, pays at high b) or ``undecided (...)``.
+anywhere, b_star_hi = that b; at b = 1 already: no b*), ``crosses 1 between ...`` (b* found), ``crosses 1
+once, ... with no b*`` (an end of its interval open), ``crosses 1 N times, ...`` (no single b*), ``rises
+through 1 ...`` (the other way: costs at low b, pays at high b) or ``undecided (...)``.
 """
 
 from __future__ import annotations
@@ -92,9 +98,51 @@ def _fmt(b: float | None) -> str:
     return "open" if b is None else f"{b:g}"
 
 
+def sig_digits(lo: float | None, hi: float | None) -> int:
+    """The significant figures b* and its interval [lo, hi] deserve: one where the interval spans a factor of
+    ten or more, two where it spans about 1.1-10x, three where it is about 2 % wide (half the interval's width
+    in log10 sets the last digit); four (the table's stored precision) where there is no interval to go by."""
+    if lo is None or hi is None or lo <= 0 or hi <= lo:
+        return 4
+    half = math.log10(hi / lo) / 2
+    return max(1, min(4, round(1 - math.log10(half))))
+
+
+def _round(v: float, digits: int, how: Any = round) -> float:
+    """v to `digits` significant figures, by `how` (round, math.floor or math.ceil)."""
+    if v <= 0:
+        return v
+    step = 10.0 ** (math.floor(math.log10(v)) - digits + 1)
+    return float(f"{how(v / step) * step:.{digits}g}") if how is round else how(v / step) * step
+
+
+def _num(v: float, digits: int) -> str:
+    """v to `digits` significant figures, without an exponent below a million."""
+    text = f"{v:#.{digits}g}"  # '#': keep the trailing zeros that are significant (32.0 at three figures)
+    if "e" in text and abs(v) < 1e6:
+        text = f"{float(text):.0f}"
+    return text.rstrip(".")
+
+
+def shown(b_star: float | None, lo: float | None, hi: float | None) -> str:
+    """`B [LO, HI]` with significant figures that match the interval (sig_digits): b* rounded, the interval's
+    ends rounded outward (LO down, HI up) so the shown interval holds the computed one; `open` for an end
+    past the measured b."""
+    d = sig_digits(lo, hi)
+
+    def end(v: float | None, how: Any) -> str:
+        return "open" if v is None else _num(_round(v, d, how), d)
+
+    star = "–" if b_star is None else _num(_round(b_star, d), d)
+    return f"{star} [{end(lo, math.floor)}, {end(hi, math.ceil)}]"
+
+
 def crossover(points: Iterable[Point]) -> Crossover:
     """b* of one (model, workload, drafter) from its speedup at each measured concurrency (see the module doc).
-    Points without a speedup are ignored; b must be distinct positive integers."""
+    Points without a speedup are ignored; b must be distinct positive integers. b* is given only where the
+    speedup crosses 1 once, falling, with its interval closed inside the measured b (a measured b below where
+    the drafter measurably pays and one above where it measurably costs); otherwise the note lists each
+    crossing as the two measured b it lies between."""
     pts = sorted(points, key=lambda p: p.b)
     bs = [p.b for p in pts]
     if len(set(bs)) != len(bs) or any(b < 1 for b in bs):
@@ -112,18 +160,25 @@ def crossover(points: Iterable[Point]) -> Crossover:
         where = "even one request at a time: no b*" if bs[0] == 1 else f"b* below {bs[0]}, if any"
         note = f"costs at every measured b ({span}): {where}"
         return Crossover(None, None, float(bs[0]), n, note)
-    star = _falls(xs, sp)
-    if star is None:
-        up = _rises(xs, sp)
-        if up is not None:
-            b_up = _b(up)
-            return Crossover(
-                b_up, None, None, n, f"rises through 1 at b* = {_fmt(b_up)}: costs below, pays above ({span})"
-            )
+    crossings = [
+        ("falls" if sp[k] > 1.0 else "rises", bs[k], bs[k + 1])
+        for k in range(len(sp) - 1)
+        if (sp[k] > 1.0) != (sp[k + 1] > 1.0)
+    ]
+    if not crossings:
         side = "above" if sp[0] > 1.0 else "at or below"
         return Crossover(
             None, None, None, n, f"undecided (speedup {side} 1 at every measured b, not every interval; {span})"
         )
+    between = ", ".join(f"{d} between b = {a} and b = {b}" for d, a, b in crossings)
+    if len(crossings) > 1:
+        return Crossover(None, None, None, n, f"crosses 1 {len(crossings)} times, {between} ({span}): no single b*")
+    if crossings[0][0] == "rises":
+        _, a, b = crossings[0]
+        return Crossover(
+            None, None, None, n, f"rises through 1 between b = {a} and b = {b}: costs below, pays above ({span})"
+        )
+    star = _falls(xs, sp)
     with_iv = all(p.lo is not None and p.hi is not None for p in pts)
     lo_x = hi_x = None
     if with_iv:
@@ -134,13 +189,25 @@ def crossover(points: Iterable[Point]) -> Crossover:
         if hi_x is not None and hi[-1] >= 1.0:  # hi falls through 1 but rises again: no b above which it costs
             hi_x = None
     b_lo, b_hi = _b(lo_x), _b(hi_x)
-    i = next(k for k in range(len(sp) - 1) if sp[k] > 1.0 >= sp[k + 1])
-    note = f"crosses 1 between b = {bs[i]} and b = {bs[i + 1]} ({span}); " + (
-        f"interval [{_fmt(b_lo)}, {_fmt(b_hi)}]" if with_iv else "no interval (n < 2 at some b)"
+    _, a, b = crossings[0]
+    if b_lo is None or b_hi is None:
+        why = (
+            "no interval (n < 2 at some b)"
+            if not with_iv
+            else f"its interval [{_fmt(b_lo)}, {_fmt(b_hi)}] is open: no measured b where it "
+            + ("measurably pays below and none where it measurably costs above" if b_lo is None and b_hi is None
+               else "measurably pays below" if b_lo is None else "measurably costs above")
+        )  # fmt: skip
+        return Crossover(
+            None, b_lo, b_hi, n, f"crosses 1 once, between b = {a} and b = {b}, with no b*: {why} ({span})"
+        )
+    return Crossover(
+        _b(star),
+        b_lo,
+        b_hi,
+        n,
+        f"crosses 1 between b = {a} and b = {b} ({span}); interval {shown(_b(star), b_lo, b_hi).split(' ', 1)[1]}",
     )
-    if sum(1 for k in range(len(sp) - 1) if (sp[k] > 1.0) != (sp[k + 1] > 1.0)) > 1:
-        note += "; the speedup crosses 1 more than once: b* is the first fall"
-    return Crossover(_b(star), b_lo, b_hi, n, note)
 
 
 def base_workload(workload: str) -> str:
@@ -183,10 +250,11 @@ def crossover_rows(speedup_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any
 
 
 def describe(x: dict[str, Any]) -> str:
-    """A crossover row in a few words: `b* = B [LO, HI]` where the curve crosses 1, else the case (pays or costs
+    """A crossover row in a few words: `b* = B [LO, HI]` (significant figures that match the interval) where the
+    curve crosses 1 once with its interval closed, else the case (the crossings as intervals of b, pays or costs
     at every measured b, undecided)."""
-    if x["note"].startswith("crosses"):
-        return f"b* = {x['b_star']:g} [{_fmt(x['b_star_lo'])}, {_fmt(x['b_star_hi'])}]"
+    if x["b_star"] is not None:
+        return f"b* = {shown(x['b_star'], x['b_star_lo'], x['b_star_hi'])}"
     return str(x["note"]).split(" (")[0].split(":")[0]
 
 
@@ -196,5 +264,6 @@ def sentence(xrows: Sequence[dict[str, Any]], baseline: str) -> str:
     parts = [f"{x['model']}/{x['workload']}/{x['step']} {describe(x)}" for x in xrows]
     return (
         f"Against {baseline} at the same concurrency b, the speedup falls through 1 at b* (interpolated on "
-        f"log b; [where the 95 % interval's bounds do], open past the measured b): {'; '.join(parts)}."
+        f"log b; [where the 95 % interval's bounds do]; given only where it crosses once with both ends inside the "
+        f"measured b, otherwise the crossings as the measured b they lie between): {'; '.join(parts)}."
     )

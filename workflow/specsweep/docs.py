@@ -114,9 +114,21 @@ def _pages(root: Path) -> list[str]:
     return sorted(run_pages(root))
 
 
-def _models(names: list[str], dummy: bool) -> str:
-    shown = ", ".join(names) if len(names) <= MAX_NAMED_MODELS else f"{len(names)} models"
-    return shown + (" (random weights)" if dummy else "")
+def _models(names: list[str], dummy: set[str]) -> str:
+    """The run's models; all of them with random weights: '(random weights)' after them, some: after each."""
+    if dummy and dummy >= set(names):
+        shown = ", ".join(names) if len(names) <= MAX_NAMED_MODELS else f"{len(names)} models"
+        return shown + " (random weights)"
+    if len(names) > MAX_NAMED_MODELS:
+        some = sum(n in dummy for n in names)
+        return f"{len(names)} models" + (f" ({some} with random weights)" if some else "")
+    return ", ".join(n + (" (random weights)" if n in dummy else "") for n in names)
+
+
+def dummy_models(config: Path | None) -> set[str]:
+    """The models a run's config gives random weights (`weights: dummy`)."""
+    cfg = yaml.safe_load(config.read_text()) if config else {}
+    return {m["name"] for m in cfg.get("models") or [] if m.get("weights") == "dummy"}
 
 
 def _column(path: Path, name: str) -> list:
@@ -129,8 +141,7 @@ def _row(root: Path, run: str, config: Path | None) -> str:
 
     page = f"[{run}]({paths.RESULTS}/{run}/{RUN_PAGE})"
     what = measures(config) if config else ""
-    cfg = yaml.safe_load(config.read_text()) if config else {}
-    dummy = bool(cfg.get("models")) and all(m.get("weights") == "dummy" for m in cfg["models"])
+    dummy = dummy_models(config)
     tables = paths.tables_dir(run, root / paths.RESULTS)
     pre = paths.preflight_dir(run, root / paths.RESULTS)
     md, parquet, summary_json = paths.PREFLIGHT_REPORT
@@ -189,12 +200,15 @@ def claim_rules(root: Path = ROOT) -> str:
 
 def concurrency_summary(root: Path = ROOT) -> str:
     """The README's speedup against concurrency: one row per (run, model, workload, drafter) of every committed
-    run with a crossover table, the speedup over vanilla at each measured b with its verdict, and b*."""
+    run with a crossover table, the speedup over vanilla at each measured b with its verdict, and b* (or the
+    crossings, crossover.describe); a model with random weights is named so in its row."""
     import pyarrow.parquet as pq
 
     rows: list[tuple[str, str, str, str, dict[int, str], str]] = []
     bs: set[int] = set()
+    configs = run_configs(root)
     for run in _pages(root):
+        dummy = dummy_models(configs.get(run))
         tables = paths.tables_dir(run, root / paths.RESULTS)
         if not (tables / "crossover.parquet").is_file():
             continue
@@ -211,7 +225,8 @@ def concurrency_summary(root: Path = ROOT) -> str:
         for x in pq.read_table(tables / "crossover.parquet").to_pylist():
             curve = at.get((x["model"], x["workload"], x["step"]), {})
             if x["step"] != "vanilla-sync" and curve:
-                rows.append((run, x["model"], x["workload"], x["step"], curve, crossover.describe(x)))
+                model = x["model"] + (" (random weights)" if x["model"] in dummy else "")
+                rows.append((run, model, x["workload"], x["step"], curve, crossover.describe(x)))
     cols = sorted(bs)
     head = ["| run | model | workload | drafter | " + " | ".join(f"b = {b}" for b in cols) + " | b* |"]
     head.append("|---|---|---|---|" + "---|" * len(cols) + "---|")

@@ -4,19 +4,21 @@ they draw from (shared with the captions) are :mod:`specsweep.view`; label place
 :mod:`specsweep.labels`. Every figure is written as PNG (dpi 120) and SVG, plus a ``manifest.json`` naming the
 cells each figure used and those it needed but lacked.
 
-Repeats: every bar or marker is a cell's median over its repeats, with a whisker for its 95 % interval over
-engine starts (the tables' ``*_lo``/``*_hi``; K's over prompts); every footer states the n its cells have (and
-the repeats planned where that differs), and a cell measured fewer times than planned is labelled with its own
-n.  A cell with fewer than 2 engine starts (one pass, or passes on one engine) has no interval, and so no
-whisker.
+Repeats: every bar or marker is a cell's median over its repeats (the tok/s bars of figures 1 and 3: its
+geometric mean over engine starts, the statistic their speedup labels are ratios of), with a whisker for its
+95 % interval over engine starts (the tables' ``*_lo``/``*_hi``; K's over prompts); every footer states the n
+its cells have (and the repeats planned where that differs), and a cell measured fewer times than planned is
+labelled with its own n.  A cell with fewer than 2 engine starts (one pass, or passes on one engine) has no
+interval, and so no whisker.
 
 Missing data: a figure is never silently drawn from a subset.  What exists is drawn, a needed cell without a
 measurement gets an ``n/a`` marker where its bar would be, and every such cell is listed in a red box on the
 figure and in the manifest.  A figure (or panel) with nothing to draw is left out, never drawn empty, and the
-manifest's ``left_out`` names it with the reason; so is a figure about acceptance, K or speedup whose models
+manifest's ``left_out`` names it with the reason (figures 5 and 8, a model-size axis, with one model among
+them); so is a figure about acceptance, K or speedup whose models
 have random weights (config ``weights: dummy``: they measure step time, R and memory, never acceptance):
 :func:`specsweep.view.left_out_by_config` says which from the config alone (the Snakemake rules list only the
-others).
+others). A figure that draws cells of a model with random weights says so in its title (and its caption).
 
 Determinism: no pyplot (a Figure on an Agg canvas), explicit rcParams, fixed sizes and fonts, fixed order,
 SVG hash salt, no dates in the metadata: two renders of the same tables are byte-identical.
@@ -45,6 +47,7 @@ from .view import (
     HEADLINE_STEP,
     K_ALPHA_WORKLOADS,
     LADDER,
+    ONE_MODEL,
     SPEC_METHODS,
     WORKLOADS,
     Cell,
@@ -67,6 +70,7 @@ from .view import (
     r_at_scale,
     r_lines,
     r_points,
+    random_weights_note,
     short_model,
     size_stats,
 )
@@ -380,6 +384,9 @@ def _verdict_color(verdict: str | None) -> str:
     return next((c for v, c in VERDICT_COLORS.items() if (verdict or "").startswith(v)), NOISE_COLOR)
 
 
+#: Figures 1 and 3: their bars are the statistic their labels' speedups are ratios of.
+GEO_BARS = "geometric mean over engine starts (median below 2 starts)"
+
 VERDICT_KEY = "label: % change vs {b} [95 % interval]; green faster, red slower, grey equivalent or undecided"
 
 
@@ -409,14 +416,17 @@ class _Ctx:
         title: str,
         data: Tables | None = None,
         nrows: int = 1,
+        point: str = "median",
         **layout: float,
     ) -> Iterator[list[Axes]]:
         """Create a figure (title, footer of ``data``, default the run's tables; missing box), yield its axes
         (``nrows`` x ``ncols``, row by row), save it on exit. A figure none of whose needed cells was measured is
-        left out (:class:`LeftOut`), never drawn empty."""
+        left out (:class:`LeftOut`), never drawn empty. ``point``: what its bars and markers are (the footer
+        says). A figure that draws cells of a model with random weights says so in its title."""
         if not needs.used:
             raise LeftOut(f"no measured cell among the {len(needs.needed)} it needs in run {self.data.run}")
-        footer = (data or self.data).footer(needs.needed)
+        footer = (data or self.data).footer(needs.needed, point)
+        title += random_weights_note(c[0] for c in needs.used if c[0] in self.data.dummy)
         fig, axes = _new_figure(size, ncols, title, needs, footer, nrows=nrows, **layout)
         yield axes
         if self.out_dir is not None:
@@ -471,10 +481,10 @@ def _fig1_headline(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
     workloads, series, needs = _baseline_vs_headline(ctx)
     title = f"{model}: {data.baseline} vs {HEADLINE_STEP}, output throughput per workload"
-    with ctx.figure("fig1_headline", needs, (9.0, 4.8), 1, title, top_extra_in=0.25) as (ax,):
+    with ctx.figure("fig1_headline", needs, (9.0, 4.8), 1, title, top_extra_in=0.25, point=GEO_BARS) as (ax,):
         if ctx.headline_absent(needs, [ax]):
             return needs
-        values = {(w, c): data.val((model, w, c), "output_tok_s") for w in workloads for c in series}
+        values = {(w, c): data.geo((model, w, c), "output_tok_s") for w in workloads for c in series}
         labels = {(w, HEADLINE_STEP): _gain_label(data, (model, w, HEADLINE_STEP)) for w in workloads}
         _throughput_bars(ctx, ax, workloads, series, values, labels, lambda _, c: c, "workload")
         needs.notes.append(
@@ -548,10 +558,10 @@ def _fig3_sonnet_ladder(ctx: _Ctx) -> _Needs:
     ladder = data.ladder(model, workload)
     needs = _Needs.of(data, _grid([model], [workload], ladder))
     title = f"{model}: '{workload}' ladder ({' → '.join(ladder)}), output throughput"
-    with ctx.figure("fig3_sonnet_ladder", needs, (7.5, 4.8), 1, title) as (ax,):
+    with ctx.figure("fig3_sonnet_ladder", needs, (7.5, 4.8), 1, title, point=GEO_BARS) as (ax,):
         if ctx.headline_absent(needs, [ax]):
             return needs
-        values = {(c, workload): data.val((model, workload, c), "output_tok_s") for c in ladder}
+        values = {(c, workload): data.geo((model, workload, c), "output_tok_s") for c in ladder}
         labels = {(c, workload): _gain_label(data, (model, workload, c)) for c in ladder}
         if values[(data.baseline, workload)] is not None:
             labels[(data.baseline, workload)] = ("baseline", "black")
@@ -669,6 +679,8 @@ def _fig5_model_size(ctx: _Ctx) -> _Needs:
             needs.notes.append("not plotted (model_params_b null): " + ", ".join(unsized))
         if not known or not common:
             raise LeftOut(f"no model with a known size and a workload common to all models in run {data.run}")
+        if len(known) < 2:
+            raise LeftOut(f"{ONE_MODEL}: {', '.join(known)} in run {data.run}")
         lo_x = min(*known.values(), 7.0) / 2.5
         hi_x = max(*known.values(), 14.0) * 2.5
         ax.set_xscale("log")
@@ -1113,6 +1125,9 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
             if single
             else f"no sized model with an ngram or suffix step in run {data.run}"
         )
+    drawn_models = sorted({p.model for p in points})
+    if len(drawn_models) < 2:
+        raise LeftOut(f"{ONE_MODEL}: {', '.join(drawn_models)} (runs {', '.join(sorted({p.run for p in points}))})")
     # the legend goes below the axes: room for its rows, two a row
     rows = -(-(2 + len(series) + (len(drawn_runs) if len(drawn_runs) > 1 else 0)) // 2)
     legend_in = 0.18 * rows
@@ -1298,7 +1313,7 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
                         if 0 < v.n < data.repeats:  # the fewer of the drafter's and the baseline's repeats
                             _fewer(labels_a, b, v.top, v.n)
                     x = cross.get((model, w, cfg))
-                    if x is None or not str(x["note"]).startswith("crosses"):
+                    if x is None or x["b_star"] is None:  # b* only where it crosses once, its interval closed
                         continue
                     star, lo, hi = x["b_star"], x["b_star_lo"], x["b_star_hi"]
                     span = [lo if lo is not None else star, hi if hi is not None else star]
@@ -1329,7 +1344,8 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
             )
         needs.notes.append(
             "a) each speedup pairs a drafter's cells with the baseline's at the same b; b* interpolated on log b "
-            "between the last b with speedup > 1 and the next with speedup < 1; band: where the interval's lower "
+            "between the last b with speedup > 1 and the next with speedup < 1, drawn only where the speedup "
+            "crosses 1 once with both ends of its interval inside the measured b; band: where the interval's lower "
             "and upper bounds fall through 1 (pointwise intervals, so its coverage is approximate)"
         )
         needs.notes.append("b) TPOT: median over requests per repeat, median over repeats (no interval)")

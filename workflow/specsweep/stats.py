@@ -454,3 +454,12 @@ def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def interval_text(lo: float, hi: float, spec: str = ".2f", n: int | None = None, over: str = "starts") -> str:
+    """' [lo, hi]' formatted with `spec`; where lo == hi (every value equal: a zero-width interval, which says
+    nothing about spread), ' (identical over n starts)' instead (`n`: how many, the fewer side of a ratio, 'its'
+    when not known; `over`: what the interval is over, engine starts or, for K, prompts)."""
+    if lo == hi:
+        return f" (identical over {n if n else 'its'} {over})"
+    return f" [{format(lo, spec)}, {format(hi, spec)}]"

@@ -823,7 +823,7 @@ def _ci(point: Any, lo: Any, hi: Any, digits: int = 2) -> str:
         return "–"
     if lo is None:
         return _fmt(point, digits)
-    return f"{point:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    return f"{point:.{digits}f}" + stats.interval_text(lo, hi, f".{digits}f")
 
 
 def _replication(r: dict[str, Any]) -> str:
@@ -902,14 +902,17 @@ def summary_markdown(
             "## Crossover",
             "",
             "b* where each drafter's speedup over the baseline at the same concurrency falls through 1, "
-            "interpolated on log b; [the b where the interval's lower and upper bounds do].",
+            "interpolated on log b, with [the b where the interval's lower and upper bounds do], in the "
+            "significant figures the interval supports; given only where the speedup crosses 1 once with both "
+            "ends inside the measured b (otherwise the note names the measured b each crossing lies between).",
             "",
-            "| model | workload | step | b* | interval | n | note |",
-            "|---|---|---|---:|---|---:|---|",
+            "| model | workload | step | b* [interval] | n | note |",
+            "|---|---|---|---|---:|---|",
         ]
         lines += [
-            f"| {x['model']} | {x['workload']} | {x['step']} | {_fmt(x['b_star'], 1)} | "
-            f"[{_fmt(x['b_star_lo'], 1)}, {_fmt(x['b_star_hi'], 1)}] | {x['n']} | {x['note']} |"
+            f"| {x['model']} | {x['workload']} | {x['step']} | "
+            f"{crossover.shown(x['b_star'], x['b_star_lo'], x['b_star_hi']) if x['b_star'] is not None else '–'} | "
+            f"{x['n']} | {x['note']} |"
             for x in xrows
         ]
     for title, status in (("Failed cells", "failed"), ("Partial cells", "partial"), ("Missing cells", "missing")):
@@ -968,7 +971,7 @@ def build_tables(
     # the drafter pays, above it costs) by the crossovers, for runs with a concurrency axis only
     at_point = [c for c in crow if c["concurrency"] is None], [s for s in sp if s["concurrency"] is None]
     decided = claims.decide(study, *at_point, rows, every_cell=crow) + (
-        [claims.decide_c9(study, xrows)] if xrows else []
+        [claims.decide_c9(study, xrows, sp, rows)] if xrows else []
     )
     readme = claims.readme_sentence(study, crow, sp, decided)
     if xrows:

@@ -49,6 +49,17 @@ def left_out_reason(run: str) -> str:
 
 
 AT_B = "concurrencies b only: figure 9"
+#: Figures 5 and 8 draw against model size: with one model there is no axis to draw along.
+ONE_MODEL = "one model only: nothing to draw against model size"
+
+
+def random_weights_note(models: Iterable[str]) -> str:
+    """What a figure's title (or a caption, a README row) adds when it draws cells of models with random weights
+    (config `weights: dummy`): ' (random weights: MODEL, ...)'; '' when it draws none."""
+    names = sorted(set(models))
+    return f" (random weights: {', '.join(names)})" if names else ""
+
+
 RANDOM_WEIGHTS = "random weights (`weights: dummy`), which measure step time, never acceptance"
 #: What each figure shows that random weights cannot measure (figure 8, R, is what they can).
 NEEDS_REAL_WEIGHTS: dict[str, str] = {
@@ -195,7 +206,9 @@ class Tables:
 
     def concurrency(self) -> Tables:
         """The cells measured at a concurrency b, as tables of their own (their rows carry `concurrency`)."""
-        return Tables(self.run, self.baseline, self.repeats, self.at_b[0], self.at_b[1], self.replication)
+        return Tables(
+            self.run, self.baseline, self.repeats, self.at_b[0], self.at_b[1], self.replication, dummy=self.dummy
+        )
 
     # --- structure
 
@@ -261,6 +274,17 @@ class Tables:
             return None
         return Val(point, num(row.get(f"{metric}_lo")), num(row.get(f"{metric}_hi")), int(row["n"]))
 
+    def geo(self, cell: Cell, metric: str) -> Val | None:
+        """A cell's geometric mean of ``metric`` over its engine starts, with its 95 % interval: the statistic
+        the speedups are ratios of (stats.ratio_ci). The interval (stats.cell_ci) is taken on the log scale,
+        symmetric about the log of the geometric mean, so the geometric mean is sqrt(lo * hi); below 2 engine
+        starts there is no interval and the value is the median over the repeats (what the speedup falls back
+        to there)."""
+        v = self.val(cell, metric)
+        if v is None or not v.has_interval or not (v.lo or 0) > 0:
+            return v
+        return Val(math.sqrt(cast(float, v.lo) * cast(float, v.hi)), v.lo, v.hi, v.n)
+
     def spd_row(self, cell: Cell) -> Row | None:
         row = self.speedup.get(cell)
         return row if row is not None and row.get("status") in ("ok", "partial") else None
@@ -285,12 +309,13 @@ class Tables:
     def rows_of(self, cells: Iterable[Cell]) -> list[Row]:
         return [self.cells[c] for c in cells if c in self.cells]
 
-    def footer(self, cells: Iterable[Cell]) -> str:
-        """Footer: run, n, what a whisker is, device and vLLM (of ``cells``; of the run if none has a row)."""
+    def footer(self, cells: Iterable[Cell], point: str = "median") -> str:
+        """Footer: run, n, what a bar and a whisker are (``point``: the bars' statistic), device and vLLM (of
+        ``cells``; of the run if none has a row), and which models have random weights."""
         cells = list(cells)
         rows = [r for r in self.rows_of(cells) if r.get("n")] or [r for r in self.cells.values() if r.get("n")]
         return (
-            f"run: {self.run} · {self.n_text(cells)} · bar/marker = median, whisker = 95 % interval (engine starts)"
+            f"run: {self.run} · {self.n_text(cells)} · bar/marker = {point}, whisker = 95 % interval (engine starts)"
             f" · device: {distinct_text(rows, 'device_name')} · vLLM {distinct_text(rows, 'vllm_version')}"
         )
 
@@ -400,6 +425,10 @@ def left_out_by_config(study: Any) -> dict[str, str]:
     if study.repeats < 2 and not study.raw.get("r_at_scale_runs"):
         # figure 8 draws no R from a single repeat, and this run's R can come from nothing else
         out.setdefault(R_AT_SCALE_FIGURE, "R only from single repeats (the run has repeats: 1)")
+    if len(study.models) < 2:
+        out.setdefault("fig5_model_size", f"{ONE_MODEL}: {', '.join(study.models)}")
+        if not study.raw.get("r_at_scale_runs"):  # figure 8 also draws other runs' models where the config names them
+            out.setdefault(R_AT_SCALE_FIGURE, f"{ONE_MODEL}: {', '.join(study.models)}")
     return {stem: out[stem] for stem in FIGURES if stem in out}
 
 
