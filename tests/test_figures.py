@@ -400,7 +400,7 @@ def test_a_model_size_axis_with_one_model_is_left_out(tmp_path):
     for draw in (_fig5_model_size, _fig8_r_at_scale):
         with pytest.raises(LeftOut, match=ONE_MODEL):
             draw(ctx)
-    cfg = yaml.safe_load((ROOT / "config/h200-reference.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "results/h200-reference/config.yaml").read_text())
     from specsweep.view import left_out_by_config
 
     left = left_out_by_config(build_study(cfg))

@@ -138,7 +138,6 @@ def _column(path: Path, name: str) -> list:
 
 
 def _row(root: Path, run: str, config: Path | None) -> str:
-
     page = f"[{run}]({paths.RESULTS}/{run}/{RUN_PAGE})"
     what = measures(config) if config else ""
     dummy = dummy_models(config)
@@ -166,7 +165,7 @@ def _row(root: Path, run: str, config: Path | None) -> str:
         starts = sum(2 * d["runs_each"] for d in docs)  # each side's fresh engines
         reps = "engine starts"
         checked = list(dict.fromkeys(d["cell"].split("/")[0] for d in docs))
-        models = _models(checked, all(d["model_weights"] == "dummy" for d in docs))
+        models = _models(checked, {d["cell"].split("/")[0] for d in docs if d["model_weights"] == "dummy"})
         out = "[checks](docs/running.md)"
     else:
         return f"| {page} | – | {what} | not committed yet | – | – | – |"
