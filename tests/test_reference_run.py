@@ -39,6 +39,8 @@ RUNS = {
     # the same at the 32B shape, vanilla/ngram/suffix: code-greedy and code-t1 (3 engine starts per ladder step,
     # each workload on one boot; code-t1@b256/vanilla has 2)
     "h200-concurrency-32b": ("results/h200-concurrency-32b/config.yaml", 30),
+    # the 8B shape again on another boot: b = 4, 16, 64 and all at once, vanilla/ngram/suffix, 3 engine starts each
+    "h200-concurrency-boot2": ("results/h200-concurrency-boot2/config.yaml", 24),
     # concurrency with the real SmolLM2: code at b = 1..256 with 3 engine starts per ladder step, sonnet with 1-2,
     # chat at b = 1 and 256 with 2-3; chat's other b and the cells of all prompts at once not measured
     "h200-smollm2-concurrency": ("results/h200-smollm2-concurrency/config.yaml", 54),
