@@ -184,7 +184,7 @@ def test_verdict_rule_power_at_equal_error():
     """The criterion of docs/design.md on the settings that decide it: at 3 % between-start noise (the committed
     runs' scatter, round effects and slow first round), n = 4 and 5, the tables' rule keeps coverage >= 95 % and
     wrong decided verdicts <= 2.5 % (within Monte Carlo error) and calls a true 1.10x `faster` in >= 80 % of
-    studies, 9-17 points more than the rule before (a band of the measured spread), and no rule meeting the criterion there has
+    studies, 11-16 points more than the rule before (a band of the measured spread), and no rule meeting the criterion there has
     more power."""
     for n, floor in ((4, 0.80), (5, 0.85)):
         logs = verdictsim.simulate(verdictsim.MEASURED, 0.03, n)
