@@ -333,7 +333,9 @@ def test_pairing_check_reproduces_the_tables_intervals() -> None:
         assert float(whi.strip("]")) == pytest.approx(w["speedup_hi"], abs=6e-4)
         assert verdict == w["verdict"]
         assert pratio == ratio and float(plo.strip("[,")) < float(pratio) < float(phi.strip("]"))
-    assert out[-1].startswith("paired interval narrower than the tables' in ") and f" of {len(want)} speedups" in out[-1]
+    assert (
+        out[-1].startswith("paired interval narrower than the tables' in ") and f" of {len(want)} speedups" in out[-1]
+    )
 
 
 def test_suffix_drafts_stop_at_12_tokens_at_vllms_defaults() -> None:

@@ -17,6 +17,7 @@
     specsweep replay     --traffic T.jsonl --tokenizer DIR --method ngram --out replay.json   # K without a GPU
     specsweep advise     --replay replay.json --tables results/r/tables --model M --out advice.md
     specsweep validate   --run r                                          # replay + advisor against the measured cells
+    specsweep validate   --run r --heldout-from o [--all-at 256]          # the advisor with R from another run (boot)
 """
 
 from __future__ import annotations
