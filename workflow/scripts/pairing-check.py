@@ -1,10 +1,11 @@
-"""Would pairing by round tighten a run's speedup intervals? Welch's interval (the tables') against a paired t.
+"""Would pairing by round tighten a run's speedup intervals? The tables' interval against a paired t.
 
 The engines of a model start in interleaved rounds (round r holds repeat r of every ladder step), so a speedup
 could also be estimated from the per-round log differences, step r over baseline r, with a paired t-interval
-(n - 1 degrees of freedom). That is narrower than Welch's only where the two sides' engine starts move
-together from round to round: at n = 3 the paired t has 2 degrees of freedom (t = 4.30) against Welch's up to
-4 (t = 2.78). This prints both, for every (model, workload, step) of a run with the baseline's rounds matched,
+(n - 1 degrees of freedom). The tables' interval (stats.VERDICT_RULE: the model's between-start spread pooled
+over its cells in the standard error) is printed beside it; the paired one is narrower only where the two
+sides' engine starts move together from round to round: at n = 3 the paired t has 2 degrees of freedom
+(t = 4.30). This prints both, for every (model, workload, step) of a run with the baseline's rounds matched,
 from the run's `measurements.parquet`, judged with the band of its `speedup.parquet` (speedups whose repeats are
 passes on one engine are left out):
 
@@ -73,9 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         if r["replication"] == "engine starts"
     }
     print(
-        "model workload step rounds corr | Welch: ratio [lo, hi] half(log) verdict"
+        "model workload step rounds corr | tables: ratio [lo, hi] half(log) verdict"
         " | paired: ratio [lo, hi] half(log) verdict"
     )
+    measured = [
+        r | {"_start": r["engine_key"]}  # one engine key per engine start
+        for r in pq.read_table(args.tables / "measurements.parquet").to_pylist()
+    ]
+    pooled = stats.model_spreads(stats.cell_series(measured, "output_tok_s"))
     narrower = compared = changed = 0
     for (model, workload, conc, step), (reps, base) in cells.items():
         band = bands.get((model, workload, conc, step))
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         matched = sorted(set(reps) & set(base))
         pairs = [(reps[r], base[r]) for r in matched]
-        point, lo, hi = stats.ratio_ci(list(reps.values()), list(base.values()))
+        point, lo, hi = stats.speedup_ci(list(reps.values()), list(base.values()), pooled.get(model))
         paired = paired_log_ci(pairs)
         if lo is None or paired is None:
             continue
@@ -100,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{w_verdict} | {paired[0]:.3f} [{paired[1]:.3f}, {paired[2]:.3f}] {p_half:.3f} {p_verdict}"
         )
     print(
-        f"paired interval narrower than Welch's in {narrower} of {compared} speedups; "
+        f"paired interval narrower than the tables' in {narrower} of {compared} speedups; "
         f"verdict different in {changed} (band as in the run's speedup table)"
     )
     return 0

@@ -28,7 +28,13 @@ ASSUMES = (
     "within its spread over the run's workloads; the traffic runs as the replay scheduled it; "
     "T's interval is the bootstrap interval over requests of the tokens per request step. R measured on one "
     "workload need not carry over to traffic of another shape (other prompt lengths, other acceptance): "
-    "`specsweep validate` measures how far it does on a run's own workloads."
+    "`specsweep validate` measures how far it does on a run's own workloads. R is one ladder step's (trident and "
+    "suffix-full are not suffix: other engine settings, other step times). Across engine boots "
+    "(`specsweep validate --heldout-from`), R of the same workload carried over on the GPU-bound 32B shape "
+    "(random weights, b = 256: 8 of 8 predictions within ±10 %), but R does not carry across boots for a "
+    "host-bound model: SmolLM2-135M on the H200, R from another boot, 2 of 6 predictions within ±10 % (errors "
+    "-31 % to +47 %); there the step time follows the host (CPU, clocks, the boot), so measure R on the boot "
+    "that serves the traffic."
 )
 
 
@@ -60,11 +66,33 @@ def _num(x: Any) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
+def ladder_step(table: list[dict[str, Any]], model: str, method: str, step: str | None) -> str | None:
+    """The ladder step whose R stands for a drafter of `method`: `step` if given, else the only step of that
+    method measured on the model, else the one named as the method (`suffix`, not `trident` or `suffix-full`:
+    other engine settings, other step times); None when no step of it was measured."""
+    steps = sorted({r["config"] for r in table if r["model"] == model and r["method"] == method})
+    if step is not None:
+        if step not in steps:
+            raise SpecsweepError(
+                f"advise: step {step} is not a measured {method} step of {model} "
+                f"(measured: {', '.join(steps) or 'none'})"
+            )
+        return step
+    if len(steps) <= 1:
+        return steps[0] if steps else None
+    if method in steps:
+        return method
+    raise SpecsweepError(
+        f"advise: {model} has several {method} steps ({', '.join(steps)}): name the one whose R applies (--step)"
+    )
+
+
 def step_time_ratios(
-    tables: Path, model: str, method: str, workload: str | None, config_dir: Path
+    tables: Path, model: str, method: str, workload: str | None, config_dir: Path, step: str | None = None
 ) -> list[dict[str, Any]]:
-    """R by concurrency for (model, method) from a run's speedup table: one row per concurrency point (null:
-    all prompts at once), R's point the median over workloads, its interval the lowest and highest bound.
+    """R by concurrency for (model, method) from a run's speedup table, of one ladder step (`ladder_step`: R is
+    a step's, never a median over steps of one method): one row per concurrency point (null: all prompts at
+    once), R's point the median over workloads, its interval the lowest and highest bound.
     `workload` keeps one workload: at every concurrency (`code`) or at one (`code@b16`)."""
     path = Path(tables) / "speedup.parquet"
     if not path.is_file():
@@ -72,11 +100,13 @@ def step_time_ratios(
     import pyarrow.parquet as pq
 
     table = pq.read_table(path).to_pylist()
+    chosen = ladder_step(table, model, method, step)
     rows = [
         r
         for r in table
         if r["model"] == model
         and r["method"] == method
+        and r["config"] == chosen
         and _num(r.get("R")) is not None
         and (workload is None or workload in (r["workload"], r["workload"].split("@")[0]))
     ]
@@ -98,6 +128,7 @@ def step_time_ratios(
                 # an R measured on one engine start has no interval: then neither has the prediction
                 "R_lo": None if any(_num(r.get("R_lo")) is None for r in g) else min(r["R_lo"] for r in g),
                 "R_hi": None if any(_num(r.get("R_hi")) is None for r in g) else max(r["R_hi"] for r in g),
+                "step": chosen,
                 "workloads": sorted(r["workload"] for r in g),
                 "n": min(int(r["n"]) for r in g),
             }
@@ -137,11 +168,17 @@ def _replay_for(docs: list[dict[str, Any]], b: int | None) -> dict[str, Any]:
 
 
 def advise(
-    replays: list[Path], tables: Path, model: str, workload: str | None = None, config_dir: Path | None = None
+    replays: list[Path],
+    tables: Path,
+    model: str,
+    workload: str | None = None,
+    config_dir: Path | None = None,
+    steps: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Predicted speedup per drafter and concurrency point, and the recommendation. A drafter may come with
     replays at several concurrencies (`specsweep replay --concurrency b`): T depends on b (how full the batch
-    stays), so each measured point takes the replay nearest to it."""
+    stays), so each measured point takes the replay nearest to it. R is one ladder step's (`steps`: method ->
+    step, else `ladder_step`'s choice)."""
     config_dir = config_dir or Path(__file__).resolve().parents[2] / "config"
     by_method: dict[str, list[dict[str, Any]]] = {}
     for path in replays:
@@ -151,7 +188,7 @@ def advise(
         by_method.setdefault(doc["drafter"]["method"], []).append(doc | {"_path": str(path)})
     rows = []
     for method, docs in by_method.items():
-        for r in step_time_ratios(tables, model, method, workload, config_dir):
+        for r in step_time_ratios(tables, model, method, workload, config_dir, (steps or {}).get(method)):
             doc = _replay_for(docs, r["concurrency"])
             t, t_lo, t_hi = _t_interval(doc)
             rows.append(
@@ -209,7 +246,8 @@ def markdown(adv: dict[str, Any]) -> str:
         "",
         f"Step times from `{adv['tables']}`; acceptance replayed from the traffic.",
         "",
-        "| drafter | concurrency | replayed at | K (replayed) | T (replayed) | R (measured) | speedup | 95 % CI |",
+        "| drafter | concurrency | replayed at | K (replayed) | T (replayed) | R (measured, step) | speedup "
+        "| 95 % CI |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in adv["rows"]:
@@ -217,7 +255,7 @@ def markdown(adv: dict[str, Any]) -> str:
         rb = "all at once" if r["replay_concurrency"] is None else str(r["replay_concurrency"])
         out.append(
             f"| {r['drafter']} | {b} | {rb} | {f(r['K'])} | {f(r['T'])} [{f(r['T_lo'])}, {f(r['T_hi'])}] | "
-            f"{f(r['R'])} [{f(r['R_lo'])}, {f(r['R_hi'])}] | {f(r['speedup'])} | "
+            f"{f(r['R'])} [{f(r['R_lo'])}, {f(r['R_hi'])}] ({r['step']}) | {f(r['speedup'])} | "
             f"[{f(r['speedup_lo'])}, {f(r['speedup_hi'])}] |"
         )
     out += ["", "## Recommendation", ""] + [f"- {line}" for line in adv["recommendation"]]

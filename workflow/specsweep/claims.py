@@ -222,12 +222,23 @@ class Family:
             self._series[metric] = stats.cell_series(self._rows, metric)
         return self._series[metric].get((model, workload, config, concurrency), [])
 
+    def pooled(self, model: str) -> tuple[float, int] | None:
+        """The model's between-start spread of tok/s pooled over its cells, as the tables' verdicts use it."""
+        if "output_tok_s" not in self._series:
+            self._series["output_tok_s"] = stats.cell_series(self._rows, "output_tok_s")
+        return stats.model_spreads(self._series["output_tok_s"]).get(model)
+
     def ratio(self, s: dict[str, Any], metric: str, level: float) -> tuple[Any, Any]:
-        """The `level` Welch interval of speedup row `s`'s cell over its baseline in `metric`."""
+        """The `level` interval of speedup row `s`'s cell over its baseline in `metric`: tok/s's as the verdict
+        rule takes it (stats.speedup_ci), the others Welch's."""
         key = (s["model"], s["workload"])
         num = self.starts(metric, *key, s["config"], s.get("concurrency"))
         den = self.starts(metric, *key, s.get("baseline"), s.get("concurrency"))
-        return stats.welch_log_ci(num, den, level) if num and den else (None, None)
+        if not num or not den:
+            return None, None
+        if metric == "output_tok_s":
+            return stats.speedup_ci(num, den, self.pooled(s["model"]), level)[1:]
+        return stats.welch_log_ci(num, den, level)
 
     def verdict(self, s: dict[str, Any], level: float) -> tuple[Any, Any, str | None]:
         """Speedup row `s`'s tok/s interval at `level` and its verdict under the row's own band (None where
@@ -471,7 +482,9 @@ def decide(
                 if "NONE" in (c["cudagraph_mode_effective"], f["cudagraph_mode_effective"]):
                     ev.append(f"{m}: no CUDA graphs on this device (effective mode NONE)")
                     continue
-                p, lo, hi = stats.ratio_ci(series(m, w, pw, "output_tok_s"), series(m, w, full, "output_tok_s"))
+                p, lo, hi = stats.speedup_ci(
+                    series(m, w, pw, "output_tok_s"), series(m, w, full, "output_tok_s"), fam.pooled(m)
+                )
                 v = str(stats.verdict(p, lo, hi, band=band_of(m)))
                 if tech:
                     d = TECHNICAL

@@ -17,6 +17,7 @@
     specsweep replay     --traffic T.jsonl --tokenizer DIR --method ngram --out replay.json   # K without a GPU
     specsweep advise     --replay replay.json --tables results/r/tables --model M --out advice.md
     specsweep validate   --run r                                          # replay + advisor against the measured cells
+    specsweep validate   --run r --heldout-from o [--all-at 256]          # the advisor with R from another run (boot)
 """
 
 from __future__ import annotations
@@ -410,6 +411,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _steps(pairs: list[str]) -> dict[str, str]:
+    """--step METHOD=STEP pairs as a mapping."""
+    out = {}
+    for pair in pairs:
+        method, sep, step = pair.partition("=")
+        if not sep or not method or not step:
+            raise SpecsweepError(f"--step {pair!r}: give METHOD=STEP (e.g. suffix=trident)")
+        out[method] = step
+    return out
+
+
 def cmd_advise(args: argparse.Namespace) -> int:
     from . import advise
     from .jsonio import atomic_write_bytes
@@ -420,6 +432,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         args.model,
         args.workload,
         Path(args.configs) if args.configs else None,
+        _steps(args.step or []),
     )
     text = advise.markdown(adv)
     if args.figure:
@@ -434,6 +447,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     cells_dir = paths.cells_dir(args.run, args.results)
     tables = Path(args.tables) if args.tables else paths.tables_dir(args.run, args.results)
+    if args.heldout_from:
+        out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation-heldout"
+        sources = [paths.tables_dir(src, args.results) for src in args.heldout_from]
+        rows = validate.heldout(
+            tables,
+            sources,
+            out,
+            args.all_at,
+            cells_dir if cells_dir.is_dir() else None,
+            Path(args.configs) if args.configs else None,
+        )
+        print(f"{len(rows)} speedups predicted with R from {', '.join(args.heldout_from)}: {out}/validate-heldout.md")
+        return 0
     out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation"
     got = validate.validate(cells_dir, tables, out, Path(args.configs) if args.configs else None)
     print(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
@@ -594,6 +620,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--tables", required=True, help="a run's tables folder (its speedup table gives R)")
     sp.add_argument("--model", required=True, help="the model shape whose step times apply")
     sp.add_argument("--workload", help="use R of this workload only (default: the spread over all)")
+    sp.add_argument(
+        "--step",
+        action="append",
+        metavar="METHOD=STEP",
+        help="the ladder step whose R applies to a drafter (default: the step named as its method, or its only one)",
+    )
     sp.add_argument("--configs", help="folder of study configs named when a shape was never measured")
     sp.add_argument("--out", required=True, help="the Markdown report")
     sp.add_argument("--figure", help="also draw the predicted speedup against concurrency (.png or .svg)")
@@ -606,7 +638,20 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--results", default="results", help="the results folder (default results)")
     sp.add_argument("--tables", help="the run's tables (default results/RUN/tables)")
     sp.add_argument("--configs", help="folder of study configs named when a shape was never measured")
-    sp.add_argument("--out", help="where the tables go (default results/RUN/validation)")
+    sp.add_argument(
+        "--heldout-from",
+        action="append",
+        metavar="RUN",
+        help="held out: predict RUN's speedups with R measured in this other run (repeatable); the tables go to "
+        "results/RUN/validation-heldout",
+    )
+    sp.add_argument(
+        "--all-at",
+        type=int,
+        metavar="B",
+        help="held out: the point `all prompts at once` of either run stands for concurrency B (its max_num_seqs)",
+    )
+    sp.add_argument("--out", help="where the tables go (default results/RUN/validation, or validation-heldout)")
     sp.set_defaults(func=cmd_validate)
     return p
 

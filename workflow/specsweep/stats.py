@@ -35,7 +35,8 @@ from .errors import SpecsweepError
 N_BOOT = 4000
 SEED = 20261130
 LEVEL = 0.95
-#: The equivalence band (a fraction): a speedup within 1 -/+ BAND of 1 is of no practical consequence.
+#: The equivalence band (a fraction), fixed before the data: a speedup within 1 -/+ BAND of 1 is of no practical
+#: consequence. The verdict rule (VERDICT_RULE) takes it as it is; the measured spread goes into the interval.
 BAND = 0.03
 #: fidelity (harness.run_fidelity): specsweep's engine and vLLM's run_vllm agree when their ratio lies in 1 ± this
 FIDELITY_BAND = 0.03
@@ -55,12 +56,14 @@ REPEATS_ARE = {
 }
 
 VERDICT_RULE = (
-    "A speedup is `faster` (`slower`) only when its whole 95 % interval (Welch t on log throughput over engine "
-    "starts) lies above 1 + b (below 1 - b), `equivalent` when it lies inside [1 - b, 1 + b], else `undecided`; "
-    f"the band b is {100 * BAND:.0f} % or, if larger, the measured between-engine spread (the pooled standard "
-    "deviation of log throughput over the baseline's engine starts of that model, all its workloads); a cell "
-    f"with fewer than 2 engine starts (`undecided (n<2)`) or whose repeats are {ONE_ENGINE} "
-    "(`undecided (technical replicates)`) decides nothing."
+    "A speedup is `faster` (`slower`) only when its whole 95 % interval lies above 1 + b (below 1 - b), "
+    f"`equivalent` when it lies inside [1 - b, 1 + b], else `undecided`, with the band b fixed at {100 * BAND:.0f} %; "
+    "the interval is t on the difference of the two cells' mean log throughput over engine starts, its standard "
+    "error from the between-start spread pooled over every cell of that model in the run (the pooled standard "
+    "deviation of log throughput, each cell about its own mean, on the pooled degrees of freedom); a cell with "
+    f"fewer than 2 engine starts (`undecided (n<2)`) or whose repeats are {ONE_ENGINE} "
+    "(`undecided (technical replicates)`) decides nothing. The rule was chosen over a band of the measured "
+    "spread, Welch's interval and pairing by round by its power at equal error in simulation (docs/design.md)."
 )
 
 
@@ -358,9 +361,44 @@ def spread_ci(
     )
 
 
-def band_for(measured_spread: float | None) -> float:
-    """The equivalence band of VERDICT_RULE: BAND, or the measured between-engine spread if larger."""
-    return max(BAND, measured_spread or 0.0)
+def pooled_spread(groups: Sequence[Sequence[float | None]]) -> tuple[float, int] | None:
+    """The between-start spread of VERDICT_RULE's interval: the pooled standard deviation of log values over
+    groups (cells, one value per engine start, each about its own mean) and its degrees of freedom; None when
+    no group has 2 starts (or every group's starts are identical)."""
+    ss, df = _pooled(groups)
+    return (math.sqrt(ss / df), df) if df and ss > 0 else None
+
+
+def model_spreads(series: Mapping[tuple[Any, ...], Sequence[float]]) -> dict[Any, tuple[float, int] | None]:
+    """pooled_spread per model over every cell of it (`series`: :func:`cell_series`'s tok/s, keyed (model,
+    workload, config, concurrency))."""
+    by_model: dict[Any, list[Sequence[float]]] = {}
+    for key, values in series.items():
+        by_model.setdefault(key[0], []).append(values)
+    return {m: pooled_spread(g) for m, g in by_model.items()}
+
+
+def speedup_ci(
+    num: Sequence[float | None],
+    den: Sequence[float | None],
+    pooled: tuple[float, int] | None,
+    level: float = LEVEL,
+) -> tuple[float | None, float | None, float | None]:
+    """The speedup of VERDICT_RULE: the ratio of geometric means num / den (one value per engine start on each
+    side) and its `level` interval, t on the difference of mean logs with the standard error
+    sd * sqrt(1/n_num + 1/n_den) from the model's `pooled` (sd, df) (:func:`pooled_spread`). Interval None when
+    either side has fewer than 2 starts, a value <= 0, or no pooled spread."""
+    a, b = _clean(num), _clean(den)
+    if not a.size or not b.size:
+        return None, None, None
+    if not _log_scale(a) or not _log_scale(b):
+        return (float(np.median(a) / np.median(b)) if np.median(b) else None), None, None
+    diff = float(np.log(a).mean() - np.log(b).mean())
+    if a.size < 2 or b.size < 2 or pooled is None:
+        return math.exp(diff), None, None
+    sd, df = pooled
+    half = t_quantile(1 - (1 - level) / 2, df) * sd * math.sqrt(1.0 / a.size + 1.0 / b.size)
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
 
 
 def verdict(

@@ -6,7 +6,8 @@
                           alpha: over prompts, stats.prompt_bootstrap, where the cells hold per-request data)
     speedup.parquet       each non-baseline cell against the baseline cell of its model, workload and
                           concurrency: speedup (ratio of geometric means over engine starts) with its interval
-                          (stats.ratio_ci), the equivalence band and the verdict (stats.VERDICT_RULE), K, alpha, R,
+                          (stats.speedup_ci; R and T: stats.ratio_ci), the band and the verdict (stats.VERDICT_RULE),
+                          K, alpha, R,
                           R over decode steps, T (tokens-per-step ratio), and the engine settings of both sides
     crossover.parquet     per (model, workload, drafter) measured at several concurrencies: the b* where its
                           speedup falls through 1, with its interval (see crossover.py); empty without that axis
@@ -607,19 +608,11 @@ def speedup_rows(
             by_metric[metric] = stats.cell_series(rows, metric)
         return by_metric[metric].get((model, workload, step, b), [])
 
-    # the equivalence band per model: BAND, or the baseline's between-engine spread of throughput if larger
-    band = {
-        m: stats.band_for(
-            stats.spread(
-                [
-                    series(m, w, study.baseline, bb, "output_tok_s")
-                    for (mm, w, cfg, bb) in by_cell
-                    if (mm, cfg) == (m, study.baseline)
-                ]
-            )
-        )
-        for m in {c["model"] for c in crow}
-    }
+    # VERDICT_RULE's interval: its standard error from the between-start spread of tok/s pooled over every cell
+    # of the model (the band is fixed: stats.BAND)
+    if "output_tok_s" not in by_metric:
+        by_metric["output_tok_s"] = stats.cell_series(rows, "output_tok_s")
+    pooled = stats.model_spreads(by_metric["output_tok_s"])
     out = []
     for c in crow:
         if c["config"] == study.baseline:
@@ -657,7 +650,7 @@ def speedup_rows(
             base,
             {m: series(mk, wk, ck, b, m) for m in metrics},
             {m: series(mk, wk, study.baseline, b, m) for m in metrics},
-            band=band[mk],
+            pooled=pooled.get(mk),
             technical=technical,
         )
         row |= {m: c[m] for m in LATENCY_METRICS}
@@ -670,14 +663,16 @@ def compare_cells(
     base: dict[str, Any],
     mine: dict[str, list[Any]],
     theirs: dict[str, list[Any]],
-    band: float = stats.BAND,
+    pooled: tuple[float, int] | None = None,
     technical: bool = False,
 ) -> dict[str, Any]:
     """The speedup row's numbers of cell row `c` against its baseline row `base`, from the values of
     output_tok_s, step_time_ms, decode_step_time_ms and tokens_per_step on each side, one per engine start:
-    the ratios of geometric means over engine starts with their intervals (stats.ratio_ci), the verdict under
-    the equivalence `band` (`technical`: a side's repeats are passes on one engine, so no verdict), and the
-    settings of both sides."""
+    the ratios of geometric means over engine starts with their intervals: tok/s's under VERDICT_RULE
+    (stats.speedup_ci, the standard error from the model's `pooled` between-start spread; without one, Welch's
+    of the two cells, stats.ratio_ci), the others Welch's (stats.ratio_ci); the verdict at the fixed band
+    stats.BAND (`technical`: a side's repeats are passes on one engine, so no verdict), and the settings of both
+    sides."""
 
     def ratio(metric: str) -> tuple[float | None, float | None, float | None]:
         point, lo, hi = stats.ratio_ci(mine[metric], theirs[metric])
@@ -687,6 +682,11 @@ def compare_cells(
         return (a / b if a is not None and b else None), lo, hi
 
     sp, lo, hi = ratio("output_tok_s")
+    if pooled is not None:
+        sp, lo, hi = stats.speedup_ci(mine["output_tok_s"], theirs["output_tok_s"], pooled)
+        if sp is None:
+            sp = ratio("output_tok_s")[0]
+    band = stats.BAND
     r_, r_lo, r_hi = ratio("step_time_ms")
     rd, rd_lo, rd_hi = ratio("decode_step_time_ms")
     t, t_lo, t_hi = ratio("tokens_per_step")
@@ -855,7 +855,8 @@ def summary_markdown(
     lines.append(
         f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
         f"{study.repeats} repeat(s) each, {engines}). n = engine starts. Medians over repeats; "
-        "[95 % interval over engine starts: t on log values (stats.cell_ci), Welch t for a ratio (stats.ratio_ci); "
+        "[95 % interval over engine starts: t on log values (stats.cell_ci), a speedup's as its verdict rule below, "
+        "R's and T's Welch t (stats.ratio_ci); "
         "none below 2 engine starts]; K and α have no interval here (their interval, over prompts, is in "
         "cells.parquet where the cells hold per-request data); CV = coefficient of variation of tok/s over repeats."
     )

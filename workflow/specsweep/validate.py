@@ -59,6 +59,7 @@ REPLAY_COLUMNS: list[tuple[str, pa.DataType]] = [
 ADVISE_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("model", pa.string()),
     ("workload", pa.string()),
+    ("config", pa.string()),
     ("method", pa.string()),
     ("concurrency", pa.int64()),
     ("n_starts", pa.int64()),
@@ -106,7 +107,7 @@ def replay_rows(
     cells_dir: Path, tmp: Path
 ) -> tuple[list[dict[str, Any]], dict[tuple[str, str, str, int | None], Path]]:
     """One row per replayed cell, and the replay reports of repeat 1 written to the folder tmp, keyed by
-    (model, workload, method, concurrency) for the advisor."""
+    (model, workload, ladder step, concurrency) for the advisor."""
     rows: list[dict[str, Any]] = []
     reports: dict[tuple[str, str, str, int | None], Path] = {}
     for path in _cell_files(cells_dir):
@@ -145,9 +146,9 @@ def replay_rows(
             }
         )
         if doc["repeat"] == 1:
-            out = tmp / f"{doc['model']}-{workload}-{method}-b{b}.json"
+            out = tmp / f"{doc['model']}-{workload}-{doc['config']}-b{b}.json"
             atomic_write_json(out, rep)
-            reports[(doc["model"], workload, method, b)] = out
+            reports[(doc["model"], workload, doc["config"], b)] = out
     return rows, reports
 
 
@@ -164,15 +165,16 @@ def advise_rows(
     rows = []
     for r in measured:
         workload, b = r["workload"].split("@")[0], r.get("concurrency")
-        rep = reports.get((r["model"], workload, r["method"], b))
+        rep = reports.get((r["model"], workload, r["config"], b))
         if rep is None:
             continue
-        same = _predict(rep, tables, r["model"], r["workload"], b, config_dir)
+        step = {r["method"]: r["config"]}  # R of this ladder step, not of every step of its method
+        same = _predict(rep, tables, r["model"], r["workload"], b, config_dir, step)
         others = sorted(by_model[r["model"]] - {workload})
         other = None
         if others:
             # R over the other workloads at the same b: the advisor's spread of R over workloads, this one left out
-            got = [_predict(rep, tables, r["model"], _at(w, b), b, config_dir) for w in others]
+            got = [_predict(rep, tables, r["model"], _at(w, b), b, config_dir, step) for w in others]
             preds = [p for p in got if p is not None]
             if preds:
                 rs = sorted(p["R"] for p in preds)
@@ -189,6 +191,7 @@ def advise_rows(
         row = {
             "model": r["model"],
             "workload": workload,
+            "config": r["config"],
             "method": r["method"],
             "concurrency": b,
             "n_starts": r.get("n_starts"),
@@ -221,12 +224,18 @@ def _at(workload: str, b: int | None) -> str:
 
 
 def _predict(
-    rep: Path, tables: Path, model: str, workload: str, b: int | None, config_dir: Path | None
+    rep: Path,
+    tables: Path,
+    model: str,
+    workload: str,
+    b: int | None,
+    config_dir: Path | None,
+    steps: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
-    """advise.advise's row at concurrency b with R of one workload (None when that workload was not measured
-    there)."""
+    """advise.advise's row at concurrency b with R of one workload and ladder step (None when that workload was
+    not measured there)."""
     try:
-        adv = advise.advise([rep], tables, model, workload, config_dir)
+        adv = advise.advise([rep], tables, model, workload, config_dir, steps)
     except SpecsweepError:
         return None
     hit = [x for x in adv["rows"] if x["concurrency"] == b]
@@ -304,7 +313,7 @@ def markdown(run: str, replays: list[dict[str, Any]], adv: list[dict[str, Any]])
         )
     out += [
         "",
-        "| workload | drafter | b | n | measured [95 % CI] | T measured | T replayed | predicted (other) | error | "
+        "| workload | step | b | n | measured [95 % CI] | T measured | T replayed | predicted (other) | error | "
         "predicted (same) | error |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -313,7 +322,7 @@ def markdown(run: str, replays: list[dict[str, Any]], adv: list[dict[str, Any]])
         if r["speedup_measured_lo"] is not None:
             m += f" [{r['speedup_measured_lo']:.2f}, {r['speedup_measured_hi']:.2f}]"
         out.append(
-            f"| {r['workload']} | {r['method']} | {r['concurrency'] or 'all'} | {r['n_starts'] or '–'} | {m} | "
+            f"| {r['workload']} | {r['config']} | {r['concurrency'] or 'all'} | {r['n_starts'] or '–'} | {m} | "
             f"{_n(r['T_measured'])} | {_n(r['T_replayed'])} | {_n(r.get('predicted_other'))} | "
             f"{_pct(r.get('error_other'))} | {_n(r['predicted_same'])} | {_pct(r['error_same'])} |"
         )
@@ -343,3 +352,249 @@ def validate(cells_dir: Path, tables: Path, out: Path, config_dir: Path | None =
     }
     write_set(Path(out), files)
     return {"replay": replays, "advise": adv}
+
+
+# ------------------------------------------------------------------------------------------ held out
+
+HELDOUT_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("model", pa.string()),
+    ("workload", pa.string()),
+    ("config", pa.string()),
+    ("method", pa.string()),
+    ("concurrency", pa.int64()),
+    ("n_starts", pa.int64()),
+    ("speedup_measured", pa.float64()),
+    ("speedup_measured_lo", pa.float64()),
+    ("speedup_measured_hi", pa.float64()),
+    ("T", pa.float64()),
+    ("T_lo", pa.float64()),
+    ("T_hi", pa.float64()),
+    ("T_from", pa.string()),
+    ("source_run", pa.string()),
+    ("source_model", pa.string()),
+    ("source_concurrency", pa.int64()),
+    ("R_same", pa.float64()),
+    ("R_same_lo", pa.float64()),
+    ("R_same_hi", pa.float64()),
+    ("predicted_same", pa.float64()),
+    ("predicted_same_lo", pa.float64()),
+    ("predicted_same_hi", pa.float64()),
+    ("error_same", pa.float64()),
+    ("covers_same", pa.bool_()),
+    ("R_pooled", pa.float64()),
+    ("R_pooled_lo", pa.float64()),
+    ("R_pooled_hi", pa.float64()),
+    ("R_pooled_from", pa.string()),
+    ("predicted_pooled", pa.float64()),
+    ("predicted_pooled_lo", pa.float64()),
+    ("predicted_pooled_hi", pa.float64()),
+    ("error_pooled", pa.float64()),
+    ("covers_pooled", pa.bool_()),
+]
+
+
+def _source_model(target: dict[str, Any], source: list[dict[str, Any]]) -> str | None:
+    """The source run's model for a target row: the same name, else the one model of the same size, tensor
+    parallelism and quantization (the same shape measured under another name, e.g. another checkpoint's
+    random weights)."""
+    names = {r["model"] for r in source}
+    if target["model"] in names:
+        return str(target["model"])
+    shape = ("model_params_b", "tp", "quantization")
+    same = {r["model"] for r in source if all(r.get(k) == target.get(k) for k in shape)}
+    return same.pop() if len(same) == 1 else None
+
+
+def _load(b: Any, all_at: int | None) -> Any:
+    """A concurrency point, `all prompts at once` (None) taken as all_at where given."""
+    return all_at if b is None and all_at is not None else b
+
+
+def heldout_rows(
+    target_tables: Path,
+    source_tables: Path,
+    all_at: int | None = None,
+    target_cells: Path | None = None,
+    config_dir: Path | None = None,
+) -> list[dict[str, Any]]:
+    """Each speedup of the target run predicted as T / R with R measured in the source run (another run, another
+    engine boot): R of the same workload, ladder step and concurrency (`same`), and the advisor's default, R's
+    median over the source's workloads of that step at that concurrency (`pooled`, interval the lowest to the
+    highest bound, advise.step_time_ratios). T is the target cell's own: replayed from its stored token ids
+    where `target_cells` holds them (repeat 1, advise's interval over requests), else the tables' measured T
+    with its interval over engine starts. `all_at`: the load point "all prompts at once" of either run stands
+    for this concurrency (the engine's max_num_seqs when the prompts exceed it)."""
+    import pyarrow.parquet as pq
+
+    for folder in (target_tables, source_tables):
+        if not (Path(folder) / "speedup.parquet").is_file():
+            raise SpecsweepError(f"validate: {folder} holds no speedup.parquet (run `specsweep tables` first)")
+    target = [r for r in pq.read_table(Path(target_tables) / "speedup.parquet").to_pylist() if _f(r.get("speedup"))]
+    source = [r for r in pq.read_table(Path(source_tables) / "speedup.parquet").to_pylist() if _f(r.get("R"))]
+    source_run = Path(source_tables).resolve().parent.name
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="specsweep-heldout-") as tmp:
+        for r in target:
+            sm = _source_model(r, source)
+            if sm is None or _f(r.get("T")) is None:
+                continue
+            workload, b = r["workload"].split("@")[0], _load(r.get("concurrency"), all_at)
+            here = [
+                s
+                for s in source
+                if s["model"] == sm and s["config"] == r["config"] and _load(s.get("concurrency"), all_at) == b
+            ]
+            if not here:
+                continue
+            t, t_lo, t_hi, t_from = _heldout_t(r, target_cells, Path(tmp))
+            same = next((s for s in here if s["workload"].split("@")[0] == workload), None)
+            rs = sorted(float(s["R"]) for s in here)
+            mid = len(rs) // 2
+            pooled: dict[str, Any] = {
+                "R": rs[mid] if len(rs) % 2 else (rs[mid - 1] + rs[mid]) / 2,
+                "R_lo": None if any(_f(s.get("R_lo")) is None for s in here) else min(s["R_lo"] for s in here),
+                "R_hi": None if any(_f(s.get("R_hi")) is None for s in here) else max(s["R_hi"] for s in here),
+            }
+            speed = float(r["speedup"])
+            row: dict[str, Any] = {
+                "model": r["model"],
+                "workload": workload,
+                "config": r["config"],
+                "method": r["method"],
+                "concurrency": r.get("concurrency"),
+                "n_starts": r.get("n_starts"),
+                "speedup_measured": speed,
+                "speedup_measured_lo": _f(r.get("speedup_lo")),
+                "speedup_measured_hi": _f(r.get("speedup_hi")),
+                "T": t,
+                "T_lo": t_lo,
+                "T_hi": t_hi,
+                "T_from": t_from,
+                "source_run": source_run,
+                "source_model": sm,
+                "source_concurrency": here[0].get("concurrency"),
+                "R_pooled_from": ", ".join(sorted(s["workload"] for s in here)),
+            }
+            for name, got in (("same", same), ("pooled", pooled)):
+                if got is None:
+                    continue
+                r_, r_lo, r_hi = float(got["R"]), _f(got.get("R_lo")), _f(got.get("R_hi"))
+                pred = t / r_
+                lo = None if r_hi is None or t_lo is None else t_lo / r_hi
+                hi = None if r_lo is None or t_hi is None else t_hi / r_lo
+                row |= {
+                    f"R_{name}": r_,
+                    f"R_{name}_lo": r_lo,
+                    f"R_{name}_hi": r_hi,
+                    f"predicted_{name}": pred,
+                    f"predicted_{name}_lo": lo,
+                    f"predicted_{name}_hi": hi,
+                    f"error_{name}": pred / speed - 1,
+                    f"covers_{name}": None if lo is None or hi is None else lo <= speed <= hi,
+                }
+            rows.append(row)
+    return rows
+
+
+def _heldout_t(r: dict[str, Any], cells_dir: Path | None, tmp: Path) -> tuple[float, float | None, float | None, str]:
+    """T of a target speedup row: replayed (repeat 1's stored token ids) where the cell has them, else measured."""
+    if cells_dir is not None:
+        path = Path(cells_dir) / r["model"] / r["workload"] / r["config"] / "r1.json"
+        got = replay_cell(path) if path.is_file() else None
+        if got is not None:
+            out = tmp / f"{r['model']}-{r['workload']}-{r['config']}.json"
+            atomic_write_json(out, got[1])
+            t, lo, hi = advise._t_interval(got[1])
+            return t, lo, hi, "replayed"
+    return float(r["T"]), _f(r.get("T_lo")), _f(r.get("T_hi")), "measured"
+
+
+def _share(rows: list[dict[str, Any]], name: str) -> str:
+    g = [r for r in rows if r.get(f"error_{name}") is not None]
+    if not g:
+        return "none"
+    errs = sorted(abs(r[f"error_{name}"]) for r in g)
+    inside = sum(e <= ADVISE_GOAL for e in errs)
+    c = [r[f"covers_{name}"] for r in g if r.get(f"covers_{name}") is not None]
+    cover = f"; its interval covers the measured speedup in {sum(c)} of {len(c)}" if c else "; no interval"
+    med = errs[len(errs) // 2] if len(errs) % 2 else (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2
+    return (
+        f"{inside} of {len(g)} within ±{100 * ADVISE_GOAL:.0f} %; |error| median {100 * med:.1f} %, largest "
+        f"{100 * errs[-1]:.1f} %{cover}"
+    )
+
+
+def heldout_markdown(run: str, rows: list[dict[str, Any]]) -> str:
+    out = [f"# The advisor held out: run `{run}` predicted with R from other runs", ""]
+    out += [
+        "Each speedup of this run predicted as T / R, with R (the ladder step's step-time ratio) measured in "
+        "another run on another engine boot, never in this run's cells. `same`: R of the same workload, step "
+        "and concurrency there; `pooled`: the advisor's default, R's median over that run's workloads of the "
+        "step at that concurrency (interval the lowest to the highest bound). T is this run's own (replayed "
+        "from the cell's token ids, else measured). Goal: within "
+        f"±{100 * ADVISE_GOAL:.0f} % of the measured speedup; an interval covers when the measured speedup "
+        "lies inside it.",
+        "",
+    ]
+    for src in sorted({r["source_run"] for r in rows}):
+        g = [r for r in rows if r["source_run"] == src]
+        out += [
+            f"- R from `{src}`, same workload: {_share(g, 'same')}",
+            f"- R from `{src}`, pooled over its workloads: {_share(g, 'pooled')}",
+        ]
+    out += [
+        "",
+        "| workload | step | b | measured [95 % CI] | T (from) | R from | R same | predicted same [95 % CI] | error "
+        "| R pooled | predicted pooled [95 % CI] | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def ci(r: dict[str, Any], k: str) -> str:
+        lo, hi = r.get(f"{k}_lo"), r.get(f"{k}_hi")
+        return _n(r.get(k)) + ("" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
+
+    for r in rows:
+        src = f"{r['source_run']} ({r['source_model']}, b {r['source_concurrency'] or 'all'})"
+        out.append(
+            f"| {r['workload']} | {r['config']} | {r['concurrency'] or 'all'} | {ci(r, 'speedup_measured')} | "
+            f"{_n(r['T'])} ({r['T_from']}) | {src} | {_n(r.get('R_same'))} | {ci(r, 'predicted_same')} | "
+            f"{_pct(r.get('error_same'))} | {_n(r.get('R_pooled'))} | {ci(r, 'predicted_pooled')} | "
+            f"{_pct(r.get('error_pooled'))} |"
+        )
+    out.append("")
+    return "\n".join(out)
+
+
+def heldout(
+    target_tables: Path,
+    sources: list[Path],
+    out: Path,
+    all_at: int | None = None,
+    target_cells: Path | None = None,
+    config_dir: Path | None = None,
+) -> list[dict[str, Any]]:
+    """The held-out tables of one run, R from each source run's tables, written as a set into out."""
+    from .tables import _parquet_bytes, _table, write_set
+
+    if not sources:
+        raise SpecsweepError("validate --heldout-from: name at least one other run")
+    rows: list[dict[str, Any]] = []
+    for src in sources:
+        if Path(src).resolve() == Path(target_tables).resolve():
+            raise SpecsweepError(f"validate --heldout-from {src}: that is this run's own tables (not held out)")
+        rows += heldout_rows(Path(target_tables), Path(src), all_at, target_cells, config_dir)
+    if not rows:
+        raise SpecsweepError(
+            f"validate: no speedup of {target_tables} has a step measured at its concurrency in "
+            f"{', '.join(map(str, sources))} (same model or shape; --all-at B matches `all prompts at once` to b B)"
+        )
+    run = Path(target_tables).resolve().parent.name
+    meta = {"specsweep": "validate-heldout", "run": run}
+    write_set(
+        Path(out),
+        {
+            "validate-heldout.parquet": _parquet_bytes(_table(rows, HELDOUT_COLUMNS, meta)),
+            "validate-heldout.md": heldout_markdown(run, rows).encode(),
+        },
+    )
+    return rows
