@@ -423,7 +423,8 @@ def test_committed_runs_decide_for_the_right_reason():
     assert ref["C5"]["verdict"] == "refuted" and ref["C5"]["evidence"].startswith("ngram drafter: linear over")
     assert load("h200-suffix-depth")["C5"]["verdict"] == claims.NOT_COVERED
     c9 = load("h200-smollm2-concurrency")["C9"]
-    assert c9["verdict"] == "undecided" and "sonnet/suffix at b = 1 [0.196, 1.162]" in c9["evidence"]
+    # family-wise: the pooled-spread intervals of three curves at b = 1 still lie below 1 at 99.17 %
+    assert c9["verdict"] == "refuted" and "sonnet/suffix at b = 1 [0.349, 0.654] slower" in c9["evidence"]
     for run in ("h200-smollm2", "h200-shapes", "h200x2-shapes", "h200-fp8-shapes"):
         for c in load(run).values():
             assert c["rule"] and c["evidence"], (run, c["id"])
