@@ -1159,7 +1159,7 @@ def test_status_names_figures_drawn_from_other_tables(tmp_path):
 
     files = {p.name: p.read_bytes() for p in tables.iterdir() if p.name != "MANIFEST.json"}
     files["readme.md"] += b"\n"
-    write_set(tables, files)
+    write_set(tables, files, "tables", "h200-smollm2")
     out = status.outputs(study, tmp_path / "results")
     assert out["figures_state"] == "other tables"
     assert out["figures_problem"].startswith(f"figures {figures}: drawn from other tables than {tables} holds now")

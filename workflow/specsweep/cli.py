@@ -343,7 +343,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
             raise SpecsweepError(f"--tables {tables}: {what} (build them first: specsweep tables)")
     k_ref = load_k_ref(study.raw, Path(args.tables))
     r_runs = load_r_runs(study.raw, Path(args.tables))
-    staged = staging_dir(out)
+    staged = staging_dir(out, "figures", study.run)
     try:
         dummy = dummy_models(study)
         manifest = render_all(

@@ -1402,6 +1402,7 @@ def render_all(
     from .tables import manifest_sha256
 
     manifest = {
+        "kind": "figures",  # with the run: what `specsweep figures` may replace (jsonio.check_replaceable)
         "run": run,
         "headline_model": headline_model,
         "baseline": data.baseline,

@@ -37,15 +37,14 @@ def outputs(study: Study, results: Path) -> dict[str, Any]:
     None}."""
     from .errors import SpecsweepError
     from .jsonio import read_json
-    from .tables import MANIFEST, checked_bytes, manifest_sha256
+    from .tables import checked_bytes, manifest_files, manifest_sha256
 
     tables = paths.tables_dir(study.run, results)
     figures = paths.figures_dir(study.run, Path(results).parent)
     doc: dict[str, Any] = {"tables": str(tables), "tables_problem": None, "figures": str(figures)}
     have = manifest_sha256(tables)
     try:
-        listed = read_json(tables / MANIFEST, "tables manifest") if have else {}
-        for name in sorted(listed if isinstance(listed, dict) else {}):
+        for name in sorted(manifest_files(tables)):
             checked_bytes(tables, name)
     except SpecsweepError as exc:
         doc["tables_problem"] = str(exc)

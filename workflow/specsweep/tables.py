@@ -943,7 +943,9 @@ def build_tables(
     study: Study, results: Path, out: Path, allow_mismatch: bool = False, allow_stale: bool = False
 ) -> dict[str, Any]:
     from . import claims
+    from .jsonio import check_replaceable
 
+    check_replaceable(Path(out), "tables", study.run)  # before the work; write_set checks again
     rows, docs, stale = load_measurements(study, Path(results), allow_stale)
     mismatches: list[dict[str, Any]] = []
     crow = cell_rows(study, rows, docs, allow_mismatch, mismatches)
@@ -987,7 +989,7 @@ def build_tables(
         "claims.json": (json.dumps(decided, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
         "readme.md": (readme + "\n").encode(),
     }
-    write_set(out, files)
+    write_set(out, files, "tables", study.run)
     return {"cells": len(crow), "ok": sum(r["status"] == "ok" for r in crow), "mismatches": mismatches, "stale": stale}
 
 
@@ -1001,6 +1003,19 @@ def manifest_sha256(tables_dir: Path) -> str | None:
 
     path = Path(tables_dir) / MANIFEST
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def manifest_files(tables_dir: Path) -> dict[str, str]:
+    """{file name: sha256} that a set's MANIFEST.json records ({} when it has none; a manifest written before
+    they named their kind and run is that mapping alone)."""
+    mpath = Path(tables_dir) / MANIFEST
+    if not mpath.is_file():
+        return {}
+    doc = read_json(mpath, "tables manifest")
+    files = doc.get("files") if isinstance(doc, dict) and "kind" in doc else doc
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise SpecsweepError(f"tables manifest {mpath}: not a mapping of file names to sha256; rebuild the tables")
+    return files
 
 
 def checked_bytes(tables_dir: Path, name: str) -> bytes:
@@ -1019,8 +1034,7 @@ def checked_bytes(tables_dir: Path, name: str) -> bytes:
         raise SpecsweepError(f"tables {path}: cannot be read ({exc})") from None
     mpath = path.parent / MANIFEST
     if mpath.is_file():
-        manifest = read_json(mpath, "tables manifest")
-        want = manifest.get(name) if isinstance(manifest, dict) else None
+        want = manifest_files(Path(tables_dir)).get(name)
         if want is None:
             raise SpecsweepError(
                 f"tables {path}: not listed in {mpath}; rebuild the tables (snakemake, or specsweep tables)"
@@ -1059,19 +1073,21 @@ def read_parquet(tables_dir: Path, name: str) -> pa.Table:
         raise SpecsweepError(f"tables {path}: not a readable Parquet file ({type(exc).__name__}: {first})") from None
 
 
-def write_set(out: Path, files: dict[str, bytes]) -> None:
-    """Write the tables as a set: into a staging folder, then swapped in as a whole (all old or all new), with a
-    MANIFEST.json of every file's sha256."""
+def write_set(out: Path, files: dict[str, bytes], kind: str, run: str) -> None:
+    """Write a set of files (the tables, the validation) as a whole: into a staging folder, then swapped in (all
+    old or all new), with a MANIFEST.json naming the set's kind and run and every file's sha256. `out` is
+    replaced only when it is a set of the same kind and run (jsonio.check_replaceable)."""
     import hashlib
 
     from .jsonio import staging_dir, swap_dir
 
     out = Path(out)
-    staged = staging_dir(out)
+    staged = staging_dir(out, kind, run)
     try:
         for name, data in files.items():
             (staged / name).write_bytes(data)
-        manifest = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+        hashes = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+        manifest = {"kind": kind, "run": run, "files": hashes}
         (staged / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         for p in staged.iterdir():
             os.chmod(p, 0o644)

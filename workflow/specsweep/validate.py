@@ -323,10 +323,13 @@ def markdown(run: str, replays: list[dict[str, Any]], adv: list[dict[str, Any]])
 
 def validate(cells_dir: Path, tables: Path, out: Path, config_dir: Path | None = None) -> dict[str, Any]:
     """Both tables for one run, written as a set into out."""
+    from .jsonio import check_replaceable
     from .tables import _parquet_bytes, _table, write_set
 
     if not Path(cells_dir).is_dir():
         raise SpecsweepError(f"validate: {cells_dir} is not a folder of cells")
+    run = Path(cells_dir).resolve().parent.name
+    check_replaceable(Path(out), "validation", run)  # before the replays; write_set checks again
     if not (Path(tables) / "speedup.parquet").is_file():
         raise SpecsweepError(f"validate: {tables} holds no speedup.parquet (run `specsweep tables` first)")
     with tempfile.TemporaryDirectory(prefix="specsweep-validate-") as tmp:
@@ -334,12 +337,11 @@ def validate(cells_dir: Path, tables: Path, out: Path, config_dir: Path | None =
         if not replays:
             raise SpecsweepError(f"validate: no drafter cell under {cells_dir} stores token ids (replay_tokens)")
         adv = advise_rows(Path(tables), reports, config_dir)
-    run = Path(cells_dir).resolve().parent.name
     meta = {"specsweep": "validate", "run": run}
     files = {
         "replay_vs_measured.parquet": _parquet_bytes(_table(replays, REPLAY_COLUMNS, meta)),
         "advise_vs_measured.parquet": _parquet_bytes(_table(adv, ADVISE_COLUMNS, meta)),
         "validation.md": markdown(run, replays, adv).encode(),
     }
-    write_set(Path(out), files)
+    write_set(Path(out), files, "validation", run)
     return {"replay": replays, "advise": adv}
