@@ -183,25 +183,34 @@ def cmd_run_cell(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     """Put the newest archived measurement of a cell repeat back at its path (after a failed or interrupted
-    rerun removed it)."""
+    rerun removed it). Every archived write of the repeat must be that cell (run, model, workload with its
+    concurrency b, ladder step, repeat: cells.load) stored under its content hash (runner._archive), else
+    the restore is refused naming the file: nothing else is put at the path."""
     from . import cells, paths
-    from .jsonio import atomic_write_json
+    from .jsonio import atomic_write_json, sha256_obj
 
     study = _study(args)
     root, key = _key_from_path(study, Path(args.path))
-    arch = sorted(
-        paths.archive_dir(root, key).glob("*.json"), key=lambda p: (cells.load(p)["provenance"]["finished"], p.name)
-    )
-    if not arch:
-        raise SpecsweepError(f"cell {key.label}: nothing archived under {paths.archive_dir(root, key)}")
+    folder = paths.archive_dir(root, key)
+    found = []
+    for p in sorted(folder.glob("*.json")):
+        doc = cells.load(p, expect=(key.run, key.model, key.workload, key.step), repeat=key.repeat)
+        if p.name != f"{sha256_obj(doc)[:16]}.json":
+            raise SpecsweepError(
+                f"archived cell {p}: its content hashes to {sha256_obj(doc)[:16]}, not to its name (edited or put "
+                "there by hand?); not restored"
+            )
+        found.append((doc["provenance"]["finished"], p.name, p, doc))
+    if not found:
+        raise SpecsweepError(f"cell {key.label}: nothing archived under {folder}")
     out = paths.measurement(root, key)
     paths.check_no_link_out(root, out)
     if out.exists() and not args.force:
         raise SpecsweepError(f"cell path {out}: exists; pass --force to replace it with the archived measurement")
-    doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.step))
+    *_, newest, doc = max(found, key=lambda f: (f[0], f[1]))
     atomic_write_json(out, doc)
     print(
-        f"restored {out} from {arch[-1]}; if Snakemake marked it incomplete (an interrupted job), tell it the "
+        f"restored {out} from {newest}; if Snakemake marked it incomplete (an interrupted job), tell it the "
         f"file is complete again: snakemake --cleanup-metadata {out}"
     )
     return 0

@@ -429,9 +429,7 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             "cell_path": str(path),
         }
         if path.is_file():
-            doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.step))
-            if doc["repeat"] != r:
-                raise SpecsweepError(f"cell {path}: holds repeat {doc['repeat']}, but its path says repeat {r}")
+            doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.step), repeat=r)
             why = edited_since_archived(results, key, doc)
             if why:
                 edited.append((key.label, path, why))
