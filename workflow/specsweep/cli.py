@@ -319,10 +319,17 @@ def cmd_tables(args: argparse.Namespace) -> int:
     from .tables import build_tables
 
     study = _study(args)
-    build_tables(
+    got = build_tables(
         study, Path(args.results), Path(args.out), allow_mismatch=args.allow_mismatch, allow_stale=args.allow_stale
     )
+    _say_unchecked(got["unchecked"])
     return 0
+
+
+def _say_unchecked(lines: Sequence[str]) -> None:
+    """What a command could not check (missing evidence), one line each on stderr; the exit status stays 0."""
+    for line in lines:
+        print(f"specsweep: could not check: {line}"[:400], file=sys.stderr)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -342,6 +349,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     from .captions import write_captions
     from .figures import dummy_models, left_out_by_config, load_k_ref, load_r_runs, render_all
     from .jsonio import staging_dir, swap_dir
+    from .tables import unchecked_tables
 
     study = _study(args)
     out = Path(args.out)
@@ -350,6 +358,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
         if not (tables / name).is_file():
             what = f"has no {name}" if tables.is_dir() else "no such folder"
             raise SpecsweepError(f"--tables {tables}: {what} (build them first: specsweep tables)")
+    unchecked = unchecked_tables(tables)
     k_ref = load_k_ref(study.raw, Path(args.tables))
     r_runs = load_r_runs(study.raw, Path(args.tables))
     staged = staging_dir(out, "figures", study.run)
@@ -364,6 +373,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
             r_runs,
             dummy=dummy,
             left_out=left_out_by_config(study),
+            unchecked=unchecked,
         )
         write_captions(
             Path(args.tables),
@@ -377,6 +387,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
+    _say_unchecked(unchecked)
     return 0
 
 
@@ -445,6 +456,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     tables = Path(args.tables) if args.tables else paths.tables_dir(args.run, args.results)
     out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation"
     got = validate.validate(cells_dir, tables, out, Path(args.configs) if args.configs else None)
+    _say_unchecked(got["unchecked"])
     print(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
     return 0
 

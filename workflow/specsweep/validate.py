@@ -15,6 +15,7 @@ Both read only committed files (cells, token files, the run's tables); no model 
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from pathlib import Path
@@ -324,7 +325,7 @@ def markdown(run: str, replays: list[dict[str, Any]], adv: list[dict[str, Any]])
 def validate(cells_dir: Path, tables: Path, out: Path, config_dir: Path | None = None) -> dict[str, Any]:
     """Both tables for one run, written as a set into out."""
     from .jsonio import check_replaceable
-    from .tables import _parquet_bytes, _table, write_set
+    from .tables import _parquet_bytes, _table, check_tables_run, read_parquet, unchecked_tables, write_set
 
     if not Path(cells_dir).is_dir():
         raise SpecsweepError(f"validate: {cells_dir} is not a folder of cells")
@@ -332,16 +333,43 @@ def validate(cells_dir: Path, tables: Path, out: Path, config_dir: Path | None =
     check_replaceable(Path(out), "validation", run)  # before the replays; write_set checks again
     if not (Path(tables) / "speedup.parquet").is_file():
         raise SpecsweepError(f"validate: {tables} holds no speedup.parquet (run `specsweep tables` first)")
+    # the tables checked against their manifest and their run; the cells against the run's archive, as the
+    # tables check them; what cannot be checked is said and recorded
+    check_tables_run(Path(tables), read_parquet(Path(tables), "speedup.parquet"), run)
+    unchecked = unchecked_tables(Path(tables)) + check_archive(Path(cells_dir), run)
     with tempfile.TemporaryDirectory(prefix="specsweep-validate-") as tmp:
         replays, reports = replay_rows(Path(cells_dir), Path(tmp))
         if not replays:
             raise SpecsweepError(f"validate: no drafter cell under {cells_dir} stores token ids (replay_tokens)")
         adv = advise_rows(Path(tables), reports, config_dir)
-    meta = {"specsweep": "validate", "run": run}
+    meta = {"specsweep": "validate", "run": run, **({"unchecked": json.dumps(unchecked)} if unchecked else {})}
     files = {
         "replay_vs_measured.parquet": _parquet_bytes(_table(replays, REPLAY_COLUMNS, meta)),
         "advise_vs_measured.parquet": _parquet_bytes(_table(adv, ADVISE_COLUMNS, meta)),
         "validation.md": markdown(run, replays, adv).encode(),
     }
     write_set(Path(out), files, "validation", run)
-    return {"replay": replays, "advise": adv}
+    return {"replay": replays, "advise": adv, "unchecked": unchecked}
+
+
+def check_archive(cells_dir: Path, run: str) -> list[str]:
+    """Every cell of the run is the write specsweep archived (tables.edited_since_archived), else one line
+    naming it; the line saying the archive is missing when it is (tables.archive_unchecked)."""
+    from . import paths
+    from .jsonio import read_json
+    from .tables import archive_unchecked, edited_since_archived
+
+    files = _cell_files(cells_dir)
+    results = Path(cells_dir).parent.parent
+    missing = archive_unchecked(results, run, len(files))
+    if missing:
+        return missing
+    for path in files:
+        root, key = paths.parse(path)
+        why = edited_since_archived(root, key, read_json(path, "cell"))
+        if why:
+            raise SpecsweepError(
+                f"cell {key.label}: edited since specsweep wrote it ({why}); put the archived measurement back "
+                f"(specsweep restore --config CONFIG --force {path}) or rerun it"
+            )
+    return []
