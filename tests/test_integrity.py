@@ -1233,11 +1233,13 @@ def sha256_file(path: Path) -> str:
 
 @pytest.mark.slow
 def test_failed_render_keeps_the_last_good_figures(tmp_path):
-    """A truncated speedup.parquet, then Snakemake: the render fails with one line naming the file, and the
-    last good figures stay, byte for byte (Snakemake deleted them before)."""
+    """Tables the render refuses (another run's, whole and matching their manifest: a damaged table is set
+    aside and rebuilt before Snakemake plans), then Snakemake: the render fails with one line naming them, and
+    the last good figures stay, byte for byte (Snakemake deleted them before)."""
     tables, figures = _committed_outputs(tmp_path)
     before = {p.relative_to(figures): p.read_bytes() for p in figures.rglob("*") if p.is_file()}
-    _truncate(tables / "speedup.parquet")
+    shutil.rmtree(tables)
+    shutil.copytree(ROOT / "results" / "h200-shapes-reference" / "tables", tables, copy_function=shutil.copyfile)
     proc = snakemake(
         tmp_path,
         "--configfile",
@@ -1253,7 +1255,9 @@ def test_failed_render_keeps_the_last_good_figures(tmp_path):
     )
     assert proc.returncode != 0
     log = (tmp_path / "logs" / "h200-smollm2" / "figures.log").read_text()
-    assert one_line(log).startswith("specsweep: error: tables results/h200-smollm2/tables/speedup.parquet: ")
+    assert one_line(log).startswith(
+        "specsweep: error: tables results/h200-smollm2/tables: the tables of run 'h200-shapes-reference', not of "
+    )
     after = {p.relative_to(figures): p.read_bytes() for p in figures.rglob("*") if p.is_file()}
     assert after == before
 
