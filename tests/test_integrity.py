@@ -1334,6 +1334,28 @@ def test_tables_without_their_manifest_are_said_unchecked(tmp_path, monkeypatch,
     assert json.loads((tmp_path / "f" / "manifest.json").read_text())["unchecked"] == [line]
 
 
+def test_figures_without_their_manifest_are_said_unchecked(tmp_path):
+    """`status` on figures whose manifest.json is gone, or names no tables: which tables they show could not be
+    checked, said under "could not check" (it was said nowhere)."""
+    from specsweep import status
+
+    study = load_study(ROOT / "config" / "h200.yaml")
+    _, figures = _committed_outputs(tmp_path)
+    manifest = json.loads((figures / "manifest.json").read_text())
+    del manifest["tables_manifest_sha256"]
+    (figures / "manifest.json").write_text(json.dumps(manifest))
+    out = status.outputs(study, tmp_path / "results")
+    assert out["figures_state"] == "unknown"
+    assert out["unchecked"] == [
+        f"figures {figures}: their manifest.json names no tables they were drawn from, so whether they show what "
+        f"{tmp_path / 'results' / 'h200-smollm2' / 'tables'} holds now could not be checked (draw them again: "
+        "snakemake, or specsweep figures)"
+    ]
+    (figures / "manifest.json").unlink()
+    (line,) = status.outputs(study, tmp_path / "results")["unchecked"]
+    assert line.startswith(f"figures {figures}: no manifest.json, so which tables they were drawn from could not")
+
+
 def test_figures_and_validate_refuse_another_runs_tables(tmp_path, monkeypatch, capsys):
     """figures of h200-smollm2 from h200-shapes-reference's tables, a validation of h200-smollm2-concurrency from
     h200-smollm2's: one line naming both runs, and nothing written under this run's name."""

@@ -55,6 +55,11 @@ def outputs(study: Study, results: Path) -> dict[str, Any]:
     state, problem = "current", None
     if not (figures / paths.FIGURES_MANIFEST).is_file():
         state = "not drawn"
+        if figures.is_dir() and any(figures.glob("*.png")):
+            doc["unchecked"].append(
+                f"figures {figures}: no {paths.FIGURES_MANIFEST}, so which tables they were drawn from could not be "
+                "checked (draw them again: snakemake, or specsweep figures)"
+            )
     elif have is None:
         state = "no tables"
     else:
@@ -64,6 +69,11 @@ def outputs(study: Study, results: Path) -> dict[str, Any]:
             drawn = None
         if drawn is None:
             state = "unknown"
+            doc["unchecked"].append(
+                f"figures {figures}: their {paths.FIGURES_MANIFEST} names no tables they were drawn from, so whether "
+                f"they show what {tables} holds now could not be checked (draw them again: snakemake, or specsweep "
+                "figures)"
+            )
         elif drawn != have:
             state = "other tables"
             problem = (
