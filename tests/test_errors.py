@@ -446,7 +446,7 @@ def test_staging_folders_of_killed_writes_are_removed(tmp_path):
     from specsweep.tables import write_set
 
     out = tmp_path / "tables"
-    write_set(out, {"a.txt": b"old"})
+    write_set(out, {"a.txt": b"old"}, "tables", "r")
     host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(ended.stdout)
@@ -463,7 +463,7 @@ def test_staging_folders_of_killed_writes_are_removed(tmp_path):
         (tmp_path / name / "a.txt").write_bytes(b"partial")
     hour_ago = time.time() - 3700
     os.utime(tmp_path / ".tables.new-0ldst4ge", (hour_ago, hour_ago))
-    write_set(out, {"a.txt": b"new"})
+    write_set(out, {"a.txt": b"new"}, "tables", "r")
     assert (out / "a.txt").read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["tables", *(n for n, keep in left.items() if keep)])
 

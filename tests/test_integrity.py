@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -1134,6 +1135,60 @@ def test_tables_name_a_cell_edited_since_its_archived_write(tmp_path):
     assert not (tmp_path / "t").exists()
 
 
+def test_a_missing_archive_is_said_and_recorded(tmp_path, monkeypatch, capsys):
+    """The committed cells without their archive, one of them consistently forged: the edit cannot be found, so
+    the tables say so (one line, exit 0), record it in their metadata, and `status` names it too."""
+    import pyarrow.parquet as pq
+
+    from specsweep import status
+
+    results = tmp_path / "results"
+    shutil.copytree(H200_RUN / "cells", results / "h200-smollm2" / "cells")
+    forged = results / "h200-smollm2" / "cells" / "smollm2-135m-instruct" / "code" / "ngram" / "r1.json"
+    doc = json.loads(forged.read_text())
+    _forge_faster(doc)
+    forged.write_text(json.dumps(doc, indent=2))
+    line = (
+        f"archive {results / 'h200-smollm2' / 'archive'}: missing, so whether the 12 measured cell(s) of run "
+        "h200-smollm2 were edited since specsweep wrote them could not be checked"
+    )
+    monkeypatch.chdir(tmp_path)
+    config = str(ROOT / "config" / "h200.yaml")
+    assert cli.main(["tables", "--config", config, "--results", str(results), "--out", "t"]) == 0
+    assert capsys.readouterr().err == f"specsweep: could not check: {line}\n"
+    meta = pq.read_schema(tmp_path / "t" / "cells.parquet").metadata
+    assert json.loads(meta[b"specsweep.unchecked"]) == [line]
+    study = load_study(ROOT / "config" / "h200.yaml")
+    doc = status.progress(study, results)
+    assert doc["outputs"]["unchecked"] == [line]
+    assert f"could not check:\n  {line}" in status.render(doc)
+    # the run's own tables (built from the same cells) say it too, through what they record
+    tables = results / "h200-smollm2" / "tables"
+    shutil.copytree(tmp_path / "t", tables)
+    assert status.outputs(study, results)["unchecked"] == [f"tables {tables}: {line}"]
+
+
+def test_validate_checks_the_cells_against_the_archive(tmp_path):
+    """validate reads the cells as the tables do: one edited since its archived write is refused naming it;
+    without an archive, what could not be checked is one line."""
+    from specsweep.validate import check_archive
+
+    run = tmp_path / "results" / "h200-smollm2"
+    for part in ("cells", "archive"):
+        shutil.copytree(H200_RUN / part, run / part)
+    assert check_archive(run / "cells", "h200-smollm2") == []
+    forged = run / "cells" / "smollm2-135m-instruct" / "code" / "ngram" / "r1.json"
+    doc = json.loads(forged.read_text())
+    _forge_faster(doc)
+    forged.write_text(json.dumps(doc, indent=2))
+    assert refused(check_archive, run / "cells", "h200-smollm2").startswith(
+        "cell smollm2-135m-instruct/code/ngram/r1: edited since specsweep wrote it"
+    )
+    shutil.rmtree(run / "archive")
+    (line,) = check_archive(run / "cells", "h200-smollm2")
+    assert line.startswith(f"archive {run / 'archive'}: missing, so whether the 12 measured cell(s)")
+
+
 def _committed_outputs(work: Path) -> tuple[Path, Path]:
     """A project folder holding the committed h200-smollm2 cells, tables and figures (copies)."""
     for rel in ("results/h200-smollm2/cells", "results/h200-smollm2/tables", "figures/h200-smollm2"):
@@ -1178,7 +1233,7 @@ def test_status_names_figures_drawn_from_other_tables(tmp_path):
 
     files = {p.name: p.read_bytes() for p in tables.iterdir() if p.name != "MANIFEST.json"}
     files["readme.md"] += b"\n"
-    write_set(tables, files)
+    write_set(tables, files, "tables", "h200-smollm2")
     out = status.outputs(study, tmp_path / "results")
     assert out["figures_state"] == "other tables"
     assert out["figures_problem"].startswith(f"figures {figures}: drawn from other tables than {tables} holds now")
@@ -1197,11 +1252,13 @@ def sha256_file(path: Path) -> str:
 
 @pytest.mark.slow
 def test_failed_render_keeps_the_last_good_figures(tmp_path):
-    """A truncated speedup.parquet, then Snakemake: the render fails with one line naming the file, and the
-    last good figures stay, byte for byte (Snakemake deleted them before)."""
+    """Tables the render refuses (another run's, whole and matching their manifest: a damaged table is set
+    aside and rebuilt before Snakemake plans), then Snakemake: the render fails with one line naming them, and
+    the last good figures stay, byte for byte (Snakemake deleted them before)."""
     tables, figures = _committed_outputs(tmp_path)
     before = {p.relative_to(figures): p.read_bytes() for p in figures.rglob("*") if p.is_file()}
-    _truncate(tables / "speedup.parquet")
+    shutil.rmtree(tables)
+    shutil.copytree(ROOT / "results" / "h200-shapes-reference" / "tables", tables, copy_function=shutil.copyfile)
     proc = snakemake(
         tmp_path,
         "--configfile",
@@ -1217,6 +1274,126 @@ def test_failed_render_keeps_the_last_good_figures(tmp_path):
     )
     assert proc.returncode != 0
     log = (tmp_path / "logs" / "h200-smollm2" / "figures.log").read_text()
-    assert one_line(log).startswith("specsweep: error: tables results/h200-smollm2/tables/speedup.parquet: ")
+    assert one_line(log).startswith(
+        "specsweep: error: tables results/h200-smollm2/tables: the tables of run 'h200-shapes-reference', not of "
+    )
     after = {p.relative_to(figures): p.read_bytes() for p in figures.rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_a_damaged_table_is_set_aside_for_the_rebuild(tmp_path):
+    """What the workflow does before it plans: a table that is not what MANIFEST.json records (truncated) is
+    moved out of the set, into tables.damaged/ beside it (Snakemake then rebuilds the missing output); so is a
+    manifest that cannot be read. Tables that match it, or have no manifest, are left alone."""
+    from specsweep.tables import set_aside_damaged, table_files
+
+    tables, _ = _committed_outputs(tmp_path)
+    assert set_aside_damaged(tables, table_files()) == []
+    _truncate(tables / "speedup.parquet")
+    truncated = (tables / "speedup.parquet").read_bytes()
+    ((path, aside),) = set_aside_damaged(tables, table_files())
+    assert path == tables / "speedup.parquet" and not path.exists()
+    assert aside.parent == tables.parent / "tables.damaged" and aside.read_bytes() == truncated
+    assert set_aside_damaged(tables, table_files()) == []
+    (tables / "MANIFEST.json").write_text('{"cells.parquet": "ab')
+    assert [p for p, _ in set_aside_damaged(tables, table_files())] == [tables / "MANIFEST.json"]
+    assert set_aside_damaged(tables, table_files()) == []  # no manifest: nothing to check by (it is rebuilt)
+
+
+@pytest.mark.slow
+def test_snakemake_rebuilds_damaged_or_unmanifested_tables(tmp_path):
+    """A complete run (h200-shapes-reference: every cell) whose tables and figures are up to date, then one
+    table truncated without a newer time (the state after its error was reported once): Snakemake plans the
+    tables' rebuild, as the error's advice says, instead of "Nothing to be done"; so it does once the tables'
+    MANIFEST.json is deleted."""
+    run = "h200-shapes-reference"
+    parts = (f"results/{run}/cells", f"results/{run}/archive", f"results/{run}/tables", f"figures/{run}")
+    for i, rel in enumerate(parts):
+        shutil.copytree(ROOT / rel, tmp_path / rel)
+        for p in (tmp_path / rel).rglob("*"):
+            os.utime(p, (1e9 + i * 1e6, 1e9 + i * 1e6))  # cells oldest, figures newest
+    tables = tmp_path / "results" / run / "tables"
+
+    def planned() -> str:
+        args = ("-n", "--configfile", str(ROOT / "config" / f"{run}.yaml"), "--cores", "1")
+        proc = snakemake(tmp_path, *args, "--allowed-rules", "tables", "render_figures", timeout=600)
+        return proc.stdout + proc.stderr
+
+    assert "Nothing to be done" in planned()
+    mtime = (tables / "speedup.parquet").stat().st_mtime
+    _truncate(tables / "speedup.parquet")
+    os.utime(tables / "speedup.parquet", (mtime, mtime))
+    out = planned()
+    assert f"results/{run}/tables/speedup.parquet: not what the tables' MANIFEST.json records" in out
+    assert re.search(r"^tables\s+1$", out, flags=re.M) and "Nothing to be done" not in out, out[-3000:]
+    shutil.copy(ROOT / "results" / run / "tables" / "speedup.parquet", tables / "speedup.parquet")
+    os.utime(tables / "speedup.parquet", (mtime, mtime))
+    (tables / "MANIFEST.json").unlink()
+    out = planned()
+    assert re.search(r"^tables\s+1$", out, flags=re.M), out[-3000:]
+
+
+def test_tables_without_their_manifest_are_said_unchecked(tmp_path, monkeypatch, capsys):
+    """The tables' MANIFEST.json deleted (a table scaled by hand then passes every check): figures say what could
+    not be checked (one line, and in their manifest), and so does `status`."""
+    from specsweep import status
+
+    tables, _ = _committed_outputs(tmp_path)
+    (tables / "MANIFEST.json").unlink()
+    line = (
+        f"tables {tables}: no MANIFEST.json, so whether its files are the ones specsweep wrote could not be checked "
+        "(rebuild them: snakemake, or specsweep tables)"
+    )
+    study = load_study(ROOT / "config" / "h200.yaml")
+    assert status.outputs(study, tmp_path / "results")["unchecked"] == [line]
+    monkeypatch.chdir(tmp_path)
+    args = ["figures", "--config", str(ROOT / "config" / "h200.yaml"), "--tables", str(tables), "--out", "f"]
+    assert cli.main(args) == 0
+    assert capsys.readouterr().err == f"specsweep: could not check: {line}\n"
+    assert json.loads((tmp_path / "f" / "manifest.json").read_text())["unchecked"] == [line]
+
+
+def test_figures_without_their_manifest_are_said_unchecked(tmp_path):
+    """`status` on figures whose manifest.json is gone, or names no tables: which tables they show could not be
+    checked, said under "could not check" (it was said nowhere)."""
+    from specsweep import status
+
+    study = load_study(ROOT / "config" / "h200.yaml")
+    _, figures = _committed_outputs(tmp_path)
+    manifest = json.loads((figures / "manifest.json").read_text())
+    del manifest["tables_manifest_sha256"]
+    (figures / "manifest.json").write_text(json.dumps(manifest))
+    out = status.outputs(study, tmp_path / "results")
+    assert out["figures_state"] == "unknown"
+    assert out["unchecked"] == [
+        f"figures {figures}: their manifest.json names no tables they were drawn from, so whether they show what "
+        f"{tmp_path / 'results' / 'h200-smollm2' / 'tables'} holds now could not be checked (draw them again: "
+        "snakemake, or specsweep figures)"
+    ]
+    (figures / "manifest.json").unlink()
+    (line,) = status.outputs(study, tmp_path / "results")["unchecked"]
+    assert line.startswith(f"figures {figures}: no manifest.json, so which tables they were drawn from could not")
+
+
+def test_figures_and_validate_refuse_another_runs_tables(tmp_path, monkeypatch, capsys):
+    """figures of h200-smollm2 from h200-shapes-reference's tables, a validation of h200-smollm2-concurrency from
+    h200-smollm2's: one line naming both runs, and nothing written under this run's name."""
+    tables, figures = _committed_outputs(tmp_path)
+    before = {p: p.read_bytes() for p in figures.rglob("*") if p.is_file()}
+    other = ROOT / "results" / "h200-shapes-reference" / "tables"
+    monkeypatch.chdir(tmp_path)
+    args = ["figures", "--config", str(ROOT / "config" / "h200.yaml"), "--tables", str(other), "--out", str(figures)]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"specsweep: error: tables {other}: the tables of run 'h200-shapes-reference', not of run 'h200-smollm2'; "
+        "give run h200-smollm2's tables (results/h200-smollm2/tables)\n"
+    )
+    assert {p: p.read_bytes() for p in figures.rglob("*") if p.is_file()} == before
+    run = "h200-smollm2-concurrency"
+    args = ["validate", "--run", run, "--results", str(ROOT / "results"), "--tables", str(tables), "--out", "v"]
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err.startswith(
+        f"specsweep: error: tables {tables}: the tables of run 'h200-smollm2', not of run '{run}'"
+    )
+    assert not (tmp_path / "v").exists()

@@ -133,3 +133,67 @@ def test_restore_never_writes_through_a_symlinked_cells_folder(tmp_path):
     proc = cli("restore", "--config", str(CONFIG), target, cwd=project)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((project / target).read_text()) == json.loads((CELLS / f"{cell}.json").read_text())
+
+
+CONC_RUN, CONC_CONFIG = "h200-smollm2-concurrency", ROOT / "config" / "h200-smollm2-concurrency.yaml"
+
+
+def _archived(run: str, cell: str, repeat: int) -> dict:
+    """The committed archived write of a cell repeat (one per repeat in the committed runs)."""
+    (path,) = (ROOT / "results" / run / "archive" / cell / f"r{repeat}").glob("*.json")
+    return json.loads(path.read_text())
+
+
+def _plant(project: Path, run: str, cell: str, repeat: int, doc: dict, name: str | None = None) -> Path:
+    """doc put in the archive folder of `cell` repeat `repeat`, under its content hash (or `name`)."""
+    from specsweep.jsonio import atomic_write_json, sha256_obj
+
+    path = project / "results" / run / "archive" / cell / f"r{repeat}" / (name or f"{sha256_obj(doc)[:16]}.json")
+    atomic_write_json(path, doc)
+    return path
+
+
+def _later(doc: dict) -> dict:
+    """The same measurement stamped as finished a day later (newer than any genuine write)."""
+    doc = json.loads(json.dumps(doc))
+    doc["provenance"]["finished"] = "2099" + doc["provenance"]["finished"][4:]
+    return doc
+
+
+def _other_b(doc: dict, b: int) -> dict:
+    """A measurement at one concurrency renamed as if it were made at b (its settings left as they are)."""
+    doc = json.loads(json.dumps(doc))
+    doc["workload"] = doc["workload"].split("@")[0] + f"@b{b}"
+    return doc
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["other repeat", "other concurrency", "not its hash"],
+)
+def test_restore_puts_back_only_the_cell_its_path_names(tmp_path, case):
+    """restore takes the newest write in the repeat's archive folder; one that is not the cell the path names
+    (another repeat, a measurement at another concurrency b renamed as this one, content edited under a
+    name that is not its hash) is refused in one line naming it, and nothing is written at the
+    path. The genuine archive restores byte for byte."""
+    cell = f"{MODEL}/code@b4/ngram"
+    target = f"results/{CONC_RUN}/cells/{cell}/r1.json"
+    genuine = _archived(CONC_RUN, cell, 1)
+    _plant(tmp_path, CONC_RUN, cell, 1, genuine)
+    if case == "other repeat":
+        planted = _plant(tmp_path, CONC_RUN, cell, 1, _later(_archived(CONC_RUN, cell, 2)))
+        needle = f"cell {planted.relative_to(tmp_path)}: holds repeat 2, but its path says repeat 1"
+    elif case == "other concurrency":
+        b16 = _archived(CONC_RUN, f"{MODEL}/code@b16/ngram", 1)
+        planted = _plant(tmp_path, CONC_RUN, cell, 1, _later(_other_b(b16, 4)))
+        needle = f"cell {planted.relative_to(tmp_path)}: workload 'code@b4' names concurrency 4, but settings.workload.concurrency is 16"
+    elif case == "not its hash":
+        planted = _plant(tmp_path, CONC_RUN, cell, 1, _later(genuine), name="0123456789abcdef.json")
+        needle = f"archived cell {planted.relative_to(tmp_path)}: its content hashes to "
+    line = one_line_error(cli("restore", "--config", str(CONC_CONFIG), target, cwd=tmp_path))
+    assert needle in line, line
+    assert not (tmp_path / target).exists()
+    planted.unlink()
+    proc = cli("restore", "--config", str(CONC_CONFIG), target, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / target).read_text()) == genuine

@@ -129,7 +129,7 @@ def checkout(tmp_path_factory) -> Path:
         src = ROOT / name
         shutil.copytree(src, dest / name, ignore=ignore) if src.is_dir() else shutil.copy2(src, dest / name)
     shutil.copytree(ROOT / ".test" / "config", dest / ".test" / "config")
-    for part in ("cells", "tables"):
+    for part in ("cells", "archive", "tables"):  # the archive: the tables check the cells against it
         shutil.copytree(ROOT / "results" / "h200-smollm2" / part, dest / "results" / "h200-smollm2" / part)
     shutil.copy2(ROOT / "results" / "h200-smollm2" / "config.yaml", dest / "results" / "h200-smollm2")
     init = dest / "workflow" / "specsweep" / "__init__.py"

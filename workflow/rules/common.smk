@@ -9,7 +9,7 @@ from snakemake.utils import validate
 
 from specsweep.config import build_study, check_gpu_budget, Cell  # noqa: E402
 from specsweep import paths  # noqa: E402
-from specsweep.tables import table_files  # noqa: E402
+from specsweep.tables import MANIFEST, set_aside_damaged, table_files  # noqa: E402
 from specsweep.errors import SpecsweepError  # noqa: E402
 from specsweep.jsonio import atomic_write_bytes, sha256_obj  # noqa: E402
 
@@ -181,7 +181,18 @@ in_report = report
 
 
 def table_paths() -> list[str]:
-    return paths.table_paths(RUN, table_files())
+    """The tables and their MANIFEST.json (a missing manifest is a missing output: the tables are rebuilt)."""
+    return paths.table_paths(RUN, [*table_files(), MANIFEST])
+
+
+# A table that is not what the tables' MANIFEST.json records (truncated, changed) is moved out of the set, so
+# that Snakemake rebuilds the tables: its readers' error says "rebuild the tables: snakemake".
+for _damaged, _aside in set_aside_damaged(paths.tables_dir(RUN), table_files()):
+    print(
+        f"specsweep: {_damaged}: not what the tables' {MANIFEST} records (moved to {_aside}); the tables "
+        "will be rebuilt",
+        file=sys.stderr,
+    )
 
 
 def k_ref_paths() -> list[str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecsweepError
-from .jsonio import read_json
+from .jsonio import check_replaceable, read_json
 
 ARCH_ROOT = Path(__file__).resolve().parents[2] / "config" / "architectures"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -211,6 +211,7 @@ def dummy_model_dir(arch_name: str, tokenizer_src: Path, out: Path, root: Path |
             f"{tok_vocab} tokens ({src})"
         )
     files = [f for f in TOKENIZER_REQUIRED + TOKENIZER_OPTIONAL if (src / f).is_file()]
+    check_replaceable(out, "model")  # a mistyped --out is refused, never swapped out and removed
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     old = None

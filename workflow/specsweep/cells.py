@@ -15,6 +15,7 @@ import yaml
 
 from .errors import SpecsweepError
 from .jsonio import read_json, sha256_obj
+from .paths import split_workload
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "cell.schema.yaml"
 #: Raises SpecsweepError naming the cell and what is wrong with it.
@@ -64,9 +65,10 @@ def _innermost(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
     return err
 
 
-def load(path: Path, expect: tuple[str, str, str, str] | None = None) -> dict[str, Any]:
+def load(path: Path, expect: tuple[str, str, str, str] | None = None, repeat: int | None = None) -> dict[str, Any]:
     """Load and validate a cell; with expect=(run, model, workload, ladder step) it must also be that cell (the
-    step is the cell document's `config` key, its name on disk).
+    step is the cell document's `config` key, its name on disk; the concurrency b of a workload `code@b8` is
+    checked against the cell's settings by check_consistency), and with `repeat` that repeat of it.
 
     Strict JSON (no duplicate key, NaN or Infinity), the schema, then check_consistency."""
     doc = read_json(Path(path), "cell")
@@ -78,6 +80,8 @@ def load(path: Path, expect: tuple[str, str, str, str] | None = None) -> dict[st
                 f"cell {path}: holds {'/'.join(got[1:])} of run {got[0]}, but its path says "
                 f"{'/'.join(expect[1:])} of run {expect[0]}"
             )
+    if repeat is not None and doc["repeat"] != repeat:
+        raise SpecsweepError(f"cell {path}: holds repeat {doc['repeat']}, but its path says repeat {repeat}")
     return doc
 
 
@@ -192,6 +196,12 @@ def _check(doc: dict[str, Any], fail: Fail) -> None:
 
     if settings["model"]["name"] != doc["model"]:
         fail(f"settings.model.name is '{settings['model']['name']}', but the cell is of model '{doc['model']}'")
+    named_b = split_workload(doc["workload"])[1]
+    if named_b != b:
+        fail(
+            f"workload '{doc['workload']}' names concurrency {named_b or 'none (all prompts at once)'}, but "
+            f"settings.workload.concurrency is {b}"
+        )
     if settings["ladder"]["name"] != doc["config"]:
         fail(f"settings.ladder.name is '{settings['ladder']['name']}', but the cell is of config '{doc['config']}'")
     for key in ("tp", "params_b"):

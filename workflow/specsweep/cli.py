@@ -184,25 +184,34 @@ def cmd_run_cell(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     """Put the newest archived measurement of a cell repeat back at its path (after a failed or interrupted
-    rerun removed it)."""
+    rerun removed it). Every archived write of the repeat must be that cell (run, model, workload with its
+    concurrency b, ladder step, repeat: cells.load) stored under its content hash (runner._archive), else
+    the restore is refused naming the file: nothing else is put at the path."""
     from . import cells, paths
-    from .jsonio import atomic_write_json
+    from .jsonio import atomic_write_json, sha256_obj
 
     study = _study(args)
     root, key = _key_from_path(study, Path(args.path))
-    arch = sorted(
-        paths.archive_dir(root, key).glob("*.json"), key=lambda p: (cells.load(p)["provenance"]["finished"], p.name)
-    )
-    if not arch:
-        raise SpecsweepError(f"cell {key.label}: nothing archived under {paths.archive_dir(root, key)}")
+    folder = paths.archive_dir(root, key)
+    found = []
+    for p in sorted(folder.glob("*.json")):
+        doc = cells.load(p, expect=(key.run, key.model, key.workload, key.step), repeat=key.repeat)
+        if p.name != f"{sha256_obj(doc)[:16]}.json":
+            raise SpecsweepError(
+                f"archived cell {p}: its content hashes to {sha256_obj(doc)[:16]}, not to its name (edited or put "
+                "there by hand?); not restored"
+            )
+        found.append((doc["provenance"]["finished"], p.name, p, doc))
+    if not found:
+        raise SpecsweepError(f"cell {key.label}: nothing archived under {folder}")
     out = paths.measurement(root, key)
     paths.check_no_link_out(root, out)
     if out.exists() and not args.force:
         raise SpecsweepError(f"cell path {out}: exists; pass --force to replace it with the archived measurement")
-    doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.step))
+    *_, newest, doc = max(found, key=lambda f: (f[0], f[1]))
     atomic_write_json(out, doc)
     print(
-        f"restored {out} from {arch[-1]}; if Snakemake marked it incomplete (an interrupted job), tell it the "
+        f"restored {out} from {newest}; if Snakemake marked it incomplete (an interrupted job), tell it the "
         f"file is complete again: snakemake --cleanup-metadata {out}"
     )
     return 0
@@ -311,10 +320,17 @@ def cmd_tables(args: argparse.Namespace) -> int:
     from .tables import build_tables
 
     study = _study(args)
-    build_tables(
+    got = build_tables(
         study, Path(args.results), Path(args.out), allow_mismatch=args.allow_mismatch, allow_stale=args.allow_stale
     )
+    _say_unchecked(got["unchecked"])
     return 0
+
+
+def _say_unchecked(lines: Sequence[str]) -> None:
+    """What a command could not check (missing evidence), one line each on stderr; the exit status stays 0."""
+    for line in lines:
+        print(f"specsweep: could not check: {line}"[:400], file=sys.stderr)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -334,6 +350,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     from .captions import write_captions
     from .figures import dummy_models, left_out_by_config, load_k_ref, load_r_runs, render_all
     from .jsonio import staging_dir, swap_dir
+    from .tables import unchecked_tables
 
     study = _study(args)
     out = Path(args.out)
@@ -342,9 +359,10 @@ def cmd_figures(args: argparse.Namespace) -> int:
         if not (tables / name).is_file():
             what = f"has no {name}" if tables.is_dir() else "no such folder"
             raise SpecsweepError(f"--tables {tables}: {what} (build them first: specsweep tables)")
+    unchecked = unchecked_tables(tables)
     k_ref = load_k_ref(study.raw, Path(args.tables))
     r_runs = load_r_runs(study.raw, Path(args.tables))
-    staged = staging_dir(out)
+    staged = staging_dir(out, "figures", study.run)
     try:
         dummy = dummy_models(study)
         manifest = render_all(
@@ -356,6 +374,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
             r_runs,
             dummy=dummy,
             left_out=left_out_by_config(study),
+            unchecked=unchecked,
         )
         write_captions(
             Path(args.tables),
@@ -369,6 +388,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
+    _say_unchecked(unchecked)
     return 0
 
 
@@ -462,6 +482,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation"
     got = validate.validate(cells_dir, tables, out, Path(args.configs) if args.configs else None)
+    _say_unchecked(got["unchecked"])
     print(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
     return 0
 

@@ -1385,6 +1385,7 @@ def render_all(
     *,
     dummy: Iterable[str] = (),
     left_out: Mapping[str, str] | None = None,
+    unchecked: Sequence[str] = (),
 ) -> dict:
     """Render every figure of :data:`FIGURES` the run gets (:func:`drawn_figures`: figure 9 only with a
     concurrency axis) as PNG + SVG, and ``manifest.json``, into ``out_dir``; a figure left out is named in the
@@ -1397,6 +1398,7 @@ def render_all(
     have no row for them at all) and ``partial`` the used cells with fewer repeats than the run's n; and
     ``left_out`` ``{stem: reason}``: the figures not drawn, those of ``left_out`` (:func:`left_out_by_config`)
     and those with nothing to draw. ``dummy``: the run's models with random weights (:func:`dummy_models`).
+    ``unchecked``: what could not be checked about the tables (tables.unchecked_tables), kept in the manifest.
     """
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -1418,6 +1420,7 @@ def render_all(
     from .tables import manifest_sha256
 
     manifest = {
+        "kind": "figures",  # with the run: what `specsweep figures` may replace (jsonio.check_replaceable)
         "run": run,
         "headline_model": headline_model,
         "baseline": data.baseline,
@@ -1427,6 +1430,7 @@ def render_all(
         "tables_manifest_sha256": manifest_sha256(tables_dir),
         "figures": figures,
         "left_out": {stem: skipped[stem] for stem in FIGURES if stem in skipped},
+        **({"unchecked": list(unchecked)} if unchecked else {}),
     }
     text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     _atomic_write(out_dir / FIGURES_MANIFEST, lambda fh: fh.write(text.encode("utf-8")))

@@ -165,12 +165,81 @@ def clean_staging(final: Path) -> list[Path]:
     return removed
 
 
-def staging_dir(final: Path) -> Path:
-    """A fresh sibling folder to write a set of files into before swap_dir() puts it in place; the staging
-    folders that killed writes left beside it are removed first (clean_staging)."""
+#: The manifest a set of files (tables, validation) carries: {"kind", "run", "files": {name: sha256}}.
+SET_MANIFEST = "MANIFEST.json"
+#: The file that says what specsweep wrote into a folder, for the folders whose manifest is not SET_MANIFEST:
+#: figures (their manifest.json: "kind", "run"), a built or dummy model and a built tokenizer (their
+#: provenance file names the kind; a model folder belongs to no run).
+_OWN_FILES = {"manifest.json": "figures", "specsweep-model.json": "model", "specsweep-tokenizer.json": "tokenizer"}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def set_identity(folder: Path) -> tuple[str, str | None] | None:
+    """(kind, run) of a folder specsweep wrote, as its manifest names them; None for any other folder (or a
+    manifest that cannot be read). Sets written before manifests named their kind are recognised by their
+    shape: a MANIFEST.json of file hashes (tables when it lists cells.parquet, validation when it lists
+    validation.md; run unknown) and a figures manifest.json with "run" and "figures"."""
+    folder = Path(folder)
+    for name, kind in ((SET_MANIFEST, None), *_OWN_FILES.items()):
+        path = folder / name
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            doc = loads_strict(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, JsonRefused, RecursionError):
+            return None
+        if not isinstance(doc, dict):
+            return None
+        if kind in ("model", "tokenizer"):
+            return kind, None
+        got, run = doc.get("kind"), doc.get("run")
+        if isinstance(got, str) and (run is None or isinstance(run, str)):
+            return got, run
+        if kind == "figures" and isinstance(run, str) and "figures" in doc:
+            return "figures", run
+        if kind is None and doc and all(isinstance(v, str) and _SHA256.fullmatch(v) for v in doc.values()):
+            legacy = "tables" if "cells.parquet" in doc else "validation" if "validation.md" in doc else None
+            return (legacy, None) if legacy else None
+        return None
+    return None
+
+
+def check_replaceable(out: Path, kind: str, run: str | None = None) -> None:
+    """Refuse, in one line naming it, to replace the folder `out` unless it does not exist, is empty, or is
+    specsweep's own `kind` output of `run` (set_identity; a set whose manifest does not name its run, or a
+    `run` of None, matches any run). Every command that swaps a folder in place calls this first, so a
+    mistyped --out (`results/smoke`, `.`, `figures`) is never removed."""
+    out = Path(out)
+    if out.is_symlink():
+        raise SpecsweepError(f"output folder {out}: a symbolic link; not replaced (give the folder itself)")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise SpecsweepError(f"output folder {out}: exists and is not a folder; not replaced")
+    if not any(out.iterdir()):
+        return
+    got = set_identity(out)
+    if got is not None and got[0] == kind and (run is None or got[1] in (None, run)):
+        return
+    if got is None:
+        what = f"no manifest in it says it is specsweep's {kind}"
+    elif got[0] != kind:
+        what = f"it holds specsweep's {got[0]}, not {kind}"
+    else:
+        what = f"it holds the {kind} of run '{got[1]}', not of run '{run}'"
+    raise SpecsweepError(
+        f"output folder {out}: exists and {what}; nothing replaced (remove it yourself, or give another --out)"
+    )
+
+
+def staging_dir(final: Path, kind: str, run: str | None) -> Path:
+    """A fresh sibling folder to write a set of files into before swap_dir() puts it in place; refused first
+    when `final` is a folder the set may not replace (check_replaceable); the staging folders that killed
+    writes left beside it are removed first (clean_staging)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     recover_dir(final)
+    check_replaceable(final, kind, run)
     clean_staging(final)
     return Path(tempfile.mkdtemp(prefix=f".{final.name}.new-{_owner_tag()}-", dir=final.parent))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .errors import SpecsweepError
 from .fetch import file_sha256
+from .jsonio import check_replaceable
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -49,9 +50,11 @@ def _gguf(gguf: Path | None) -> Path:
 
 
 @contextmanager
-def _building(out_dir: Path) -> Iterator[Path]:
+def _building(out_dir: Path, kind: str) -> Iterator[Path]:
     """A fresh folder beside out_dir to build in; it replaces out_dir when the block ends without an error,
-    and is removed when the block fails (the folder appears whole or not at all)."""
+    and is removed when the block fails (the folder appears whole or not at all). out_dir is replaced only
+    when it is a model or tokenizer folder specsweep wrote (jsonio.check_replaceable)."""
+    check_replaceable(out_dir, kind)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -71,7 +74,7 @@ def build_smollm2(out_dir: Path, gguf: Path | None = None, dtype: str = "float32
 
     gguf = _gguf(gguf)
     out_dir = Path(out_dir)
-    with _building(out_dir) as tmp:
+    with _building(out_dir, "model") as tmp:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         quantised = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype)
@@ -108,7 +111,7 @@ def build_smollm2_tokenizer(out_dir: Path, gguf: Path | None = None) -> Path:
 
     gguf = _gguf(gguf)
     out_dir = Path(out_dir)
-    with _building(out_dir) as tmp:
+    with _building(out_dir, "tokenizer") as tmp:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok.save_pretrained(tmp)
         cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

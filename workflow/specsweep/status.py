@@ -15,7 +15,9 @@ time so far (of the same model where it has measurements, else of the run) times
 
 It also checks the outputs: every file of the tables (results/{run}/tables) against its MANIFEST.json, and
 that the figures (figures/{run}, beside the results folder) were drawn from those tables (their manifest.json
-records the sha256 of the tables' MANIFEST.json): new tables beside old figures are named.
+records the sha256 of the tables' MANIFEST.json): new tables beside old figures are named. What could not be
+checked is named too (`could not check`): cells without the run's archive, tables without their MANIFEST.json,
+and what the tables record they could not check.
 """
 
 from __future__ import annotations
@@ -32,26 +34,32 @@ STATES = ("done", "failed", "stale", "left")
 
 
 def outputs(study: Study, results: Path) -> dict[str, Any]:
-    """The tables' and figures' state: {"tables": path, "tables_problem": one line or None, "figures": path,
-    "figures_state": current | other tables | not drawn | unknown | no tables, "figures_problem": one line or
-    None}."""
+    """The tables' and figures' state: {"tables": path, "tables_problem": one line or None, "unchecked": lines
+    (what could not be checked about the tables: tables.unchecked_tables), "figures": path, "figures_state":
+    current | other tables | not drawn | unknown | no tables, "figures_problem": one line or None}."""
     from .errors import SpecsweepError
     from .jsonio import read_json
-    from .tables import MANIFEST, checked_bytes, manifest_sha256
+    from .tables import checked_bytes, manifest_files, manifest_sha256, unchecked_tables
 
     tables = paths.tables_dir(study.run, results)
     figures = paths.figures_dir(study.run, Path(results).parent)
-    doc: dict[str, Any] = {"tables": str(tables), "tables_problem": None, "figures": str(figures)}
+    doc: dict[str, Any] = {"tables": str(tables), "tables_problem": None, "unchecked": [], "figures": str(figures)}
     have = manifest_sha256(tables)
     try:
-        listed = read_json(tables / MANIFEST, "tables manifest") if have else {}
-        for name in sorted(listed if isinstance(listed, dict) else {}):
+        for name in sorted(manifest_files(tables)):
             checked_bytes(tables, name)
+        if (tables / "cells.parquet").is_file():
+            doc["unchecked"] = unchecked_tables(tables)
     except SpecsweepError as exc:
         doc["tables_problem"] = str(exc)
     state, problem = "current", None
     if not (figures / paths.FIGURES_MANIFEST).is_file():
         state = "not drawn"
+        if figures.is_dir() and any(figures.glob("*.png")):
+            doc["unchecked"].append(
+                f"figures {figures}: no {paths.FIGURES_MANIFEST}, so which tables they were drawn from could not be "
+                "checked (draw them again: snakemake, or specsweep figures)"
+            )
     elif have is None:
         state = "no tables"
     else:
@@ -61,6 +69,11 @@ def outputs(study: Study, results: Path) -> dict[str, Any]:
             drawn = None
         if drawn is None:
             state = "unknown"
+            doc["unchecked"].append(
+                f"figures {figures}: their {paths.FIGURES_MANIFEST} names no tables they were drawn from, so whether "
+                f"they show what {tables} holds now could not be checked (draw them again: snakemake, or specsweep "
+                "figures)"
+            )
         elif drawn != have:
             state = "other tables"
             problem = (
@@ -72,9 +85,11 @@ def outputs(study: Study, results: Path) -> dict[str, Any]:
 
 def progress(study: Study, results: Path) -> dict[str, Any]:
     """The run's progress as a JSON-able document."""
-    from .tables import gpu_time, load_measurements
+    from .tables import archive_unchecked, gpu_time, load_measurements
 
     rows, docs, stale = load_measurements(study, Path(results), allow_stale=True)
+    out = outputs(study, Path(results))
+    out["unchecked"] = archive_unchecked(Path(results), study.run, len(docs)) + out["unchecked"]
     stale_by_label = {s["cell"]: s["keys"] for s in stale}
     per_step: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATES, 0))
     failed, stale_list, wall_by_model = [], [], defaultdict(list)
@@ -121,7 +136,7 @@ def progress(study: Study, results: Path) -> dict[str, Any]:
         ],
         "failed_measurements": failed,
         "stale_measurements": stale_list,
-        "outputs": outputs(study, Path(results)),
+        "outputs": out,
     }
 
 
@@ -171,6 +186,8 @@ def render(doc: dict[str, Any], limit: int = 10) -> str:
     problems = [p for p in (out["tables_problem"], out["figures_problem"]) if p]
     if problems:
         lines += ["", "outputs:"] + [f"  {p}" for p in problems]
+    if out["unchecked"]:
+        lines += ["", "could not check:"] + [f"  {u}" for u in out["unchecked"]]
     if doc["stale"]:
         lines += [
             "",

@@ -40,6 +40,7 @@ import io
 import json
 import os
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -403,7 +404,7 @@ def edited_since_archived(results: Path, key: paths.Key, doc: dict[str, Any]) ->
     """Why a cell is not the measurement specsweep wrote, or None when it is. Every write also goes to the
     run's archive under its content hash (runner._archive), so a cell whose content no archived file holds
     was edited (or put there by hand) since. A run without an archive folder (cells copied without it) cannot
-    be checked and passes."""
+    be checked: archive_unchecked() says so."""
     if not (Path(results) / key.run / "archive").is_dir():
         return None
     folder = paths.archive_dir(results, key)
@@ -413,6 +414,54 @@ def edited_since_archived(results: Path, key: paths.Key, doc: dict[str, Any]) ->
     if not held:
         return "the run's archive holds no write of it"
     return f"none of its {held} archived write(s) holds this content"
+
+
+#: The tables' metadata key listing what could not be checked (a JSON list of lines; absent: nothing).
+UNCHECKED_META = "specsweep.unchecked"
+
+
+def archive_unchecked(results: Path, run: str, measured: int) -> list[str]:
+    """The line saying that the cells of a run could not be checked against its archive (edited_since_archived)
+    because the run has measured cells and no archive folder; [] otherwise. Missing evidence is a finding."""
+    folder = Path(results) / run / "archive"
+    if measured and not folder.is_dir():
+        return [
+            f"archive {folder}: missing, so whether the {measured} measured cell(s) of run {run} were edited since "
+            "specsweep wrote them could not be checked"
+        ]
+    return []
+
+
+def unchecked_tables(tables_dir: Path) -> list[str]:
+    """What could not be checked about a tables set: its files, when it has no MANIFEST.json, and what the
+    tables themselves record they could not check (UNCHECKED_META of cells.parquet)."""
+    tables_dir = Path(tables_dir)
+    out = []
+    if not (tables_dir / MANIFEST).is_file():
+        out.append(
+            f"tables {tables_dir}: no {MANIFEST}, so whether its files are the ones specsweep wrote could not be "
+            "checked (rebuild them: snakemake, or specsweep tables)"
+        )
+    meta = read_parquet(tables_dir, "cells.parquet").schema.metadata or {}
+    recorded = meta.get(UNCHECKED_META.encode())
+    try:
+        lines = json.loads(recorded) if recorded else []
+    except ValueError:
+        lines = None
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        raise SpecsweepError(f"tables {tables_dir / 'cells.parquet'}: metadata {UNCHECKED_META} is not a list of lines")
+    return out + [f"tables {tables_dir}: {line}" for line in lines]
+
+
+def check_tables_run(tables_dir: Path, table: pa.Table, run: str) -> None:
+    """One line when a table of `tables_dir` names another run than `run` (metadata specsweep.run): figures
+    or a validation drawn from it would be written under `run`'s name."""
+    have = ((table.schema.metadata or {}).get(b"specsweep.run") or b"").decode()
+    if have and have != run:
+        raise SpecsweepError(
+            f"tables {tables_dir}: the tables of run '{have}', not of run '{run}'; give run {run}'s tables "
+            f"(results/{run}/tables)"
+        )
 
 
 def load_measurements(study: Study, results: Path, allow_stale: bool = False):
@@ -430,9 +479,7 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             "cell_path": str(path),
         }
         if path.is_file():
-            doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.step))
-            if doc["repeat"] != r:
-                raise SpecsweepError(f"cell {path}: holds repeat {doc['repeat']}, but its path says repeat {r}")
+            doc = cells.load(path, expect=(study.run, cell.model, cell.workload, cell.step), repeat=r)
             why = edited_since_archived(results, key, doc)
             if why:
                 edited.append((key.label, path, why))
@@ -947,8 +994,11 @@ def build_tables(
     study: Study, results: Path, out: Path, allow_mismatch: bool = False, allow_stale: bool = False
 ) -> dict[str, Any]:
     from . import claims
+    from .jsonio import check_replaceable
 
+    check_replaceable(Path(out), "tables", study.run)  # before the work; write_set checks again
     rows, docs, stale = load_measurements(study, Path(results), allow_stale)
+    unchecked = archive_unchecked(Path(results), study.run, len(docs))
     mismatches: list[dict[str, Any]] = []
     crow = cell_rows(study, rows, docs, allow_mismatch, mismatches)
     sp = speedup_rows(study, rows, crow, docs, allow_mismatch, mismatches)
@@ -963,6 +1013,7 @@ def build_tables(
         "specsweep.mismatches": json.dumps(mismatches, sort_keys=True),
         "specsweep.allow_stale": json.dumps(allow_stale),
         "specsweep.stale": json.dumps(stale, sort_keys=True),
+        **({UNCHECKED_META: json.dumps(unchecked)} if unchecked else {}),
     }
     out = Path(out)
     m_table = _table(rows, MEASUREMENT_COLUMNS, meta)
@@ -991,8 +1042,14 @@ def build_tables(
         "claims.json": (json.dumps(decided, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
         "readme.md": (readme + "\n").encode(),
     }
-    write_set(out, files)
-    return {"cells": len(crow), "ok": sum(r["status"] == "ok" for r in crow), "mismatches": mismatches, "stale": stale}
+    write_set(out, files, "tables", study.run)
+    return {
+        "cells": len(crow),
+        "ok": sum(r["status"] == "ok" for r in crow),
+        "mismatches": mismatches,
+        "stale": stale,
+        "unchecked": unchecked,
+    }
 
 
 MANIFEST = "MANIFEST.json"
@@ -1005,6 +1062,19 @@ def manifest_sha256(tables_dir: Path) -> str | None:
 
     path = Path(tables_dir) / MANIFEST
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def manifest_files(tables_dir: Path) -> dict[str, str]:
+    """{file name: sha256} that a set's MANIFEST.json records ({} when it has none; a manifest written before
+    they named their kind and run is that mapping alone)."""
+    mpath = Path(tables_dir) / MANIFEST
+    if not mpath.is_file():
+        return {}
+    doc = read_json(mpath, "tables manifest")
+    files = doc.get("files") if isinstance(doc, dict) and "kind" in doc else doc
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise SpecsweepError(f"tables manifest {mpath}: not a mapping of file names to sha256; rebuild the tables")
+    return files
 
 
 def checked_bytes(tables_dir: Path, name: str) -> bytes:
@@ -1023,8 +1093,7 @@ def checked_bytes(tables_dir: Path, name: str) -> bytes:
         raise SpecsweepError(f"tables {path}: cannot be read ({exc})") from None
     mpath = path.parent / MANIFEST
     if mpath.is_file():
-        manifest = read_json(mpath, "tables manifest")
-        want = manifest.get(name) if isinstance(manifest, dict) else None
+        want = manifest_files(Path(tables_dir)).get(name)
         if want is None:
             raise SpecsweepError(
                 f"tables {path}: not listed in {mpath}; rebuild the tables (snakemake, or specsweep tables)"
@@ -1063,19 +1132,55 @@ def read_parquet(tables_dir: Path, name: str) -> pa.Table:
         raise SpecsweepError(f"tables {path}: not a readable Parquet file ({type(exc).__name__}: {first})") from None
 
 
-def write_set(out: Path, files: dict[str, bytes]) -> None:
-    """Write the tables as a set: into a staging folder, then swapped in as a whole (all old or all new), with a
-    MANIFEST.json of every file's sha256."""
+def set_aside_damaged(tables_dir: Path, names: Sequence[str]) -> list[tuple[Path, Path]]:
+    """Move the files `names` of a tables set that are not what its MANIFEST.json records (truncated, changed),
+    and a manifest that cannot be read, out of the set into `{tables}.damaged/` beside it (kept as evidence,
+    stamped with the time). The workflow calls this before it plans: Snakemake rebuilds a job whose output is
+    missing, so the rebuild a damaged table's error asks for ("rebuild the tables: snakemake") happens instead
+    of "Nothing to be done". Returns (file, where it went) for each file moved."""
+    import hashlib
+    import time
+
+    tables_dir = Path(tables_dir)
+    mpath = tables_dir / MANIFEST
+    if not mpath.is_file():
+        return []  # nothing to check by; the manifest is an output of the tables job, so it is rebuilt
+    try:
+        listed = manifest_files(tables_dir)
+    except SpecsweepError:
+        damaged = [mpath]  # an unreadable manifest vouches for nothing
+    else:
+        damaged = [
+            tables_dir / n
+            for n in names
+            if (tables_dir / n).is_file() and listed.get(n) != hashlib.sha256((tables_dir / n).read_bytes()).hexdigest()
+        ]
+    aside = tables_dir.parent / f"{tables_dir.name}.damaged"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    moved = []
+    for path in damaged:
+        aside.mkdir(exist_ok=True)
+        to = aside / f"{path.name}.{stamp}"
+        os.replace(path, to)
+        moved.append((path, to))
+    return moved
+
+
+def write_set(out: Path, files: dict[str, bytes], kind: str, run: str) -> None:
+    """Write a set of files (the tables, the validation) as a whole: into a staging folder, then swapped in (all
+    old or all new), with a MANIFEST.json naming the set's kind and run and every file's sha256. `out` is
+    replaced only when it is a set of the same kind and run (jsonio.check_replaceable)."""
     import hashlib
 
     from .jsonio import staging_dir, swap_dir
 
     out = Path(out)
-    staged = staging_dir(out)
+    staged = staging_dir(out, kind, run)
     try:
         for name, data in files.items():
             (staged / name).write_bytes(data)
-        manifest = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+        hashes = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+        manifest = {"kind": kind, "run": run, "files": hashes}
         (staged / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         for p in staged.iterdir():
             os.chmod(p, 0o644)

@@ -15,6 +15,7 @@ Both read only committed files (cells, token files, the run's tables); no model 
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from pathlib import Path
@@ -332,26 +333,32 @@ def markdown(run: str, replays: list[dict[str, Any]], adv: list[dict[str, Any]])
 
 def validate(cells_dir: Path, tables: Path, out: Path, config_dir: Path | None = None) -> dict[str, Any]:
     """Both tables for one run, written as a set into out."""
-    from .tables import _parquet_bytes, _table, write_set
+    from .jsonio import check_replaceable
+    from .tables import _parquet_bytes, _table, check_tables_run, read_parquet, unchecked_tables, write_set
 
     if not Path(cells_dir).is_dir():
         raise SpecsweepError(f"validate: {cells_dir} is not a folder of cells")
+    run = Path(cells_dir).resolve().parent.name
+    check_replaceable(Path(out), "validation", run)  # before the replays; write_set checks again
     if not (Path(tables) / "speedup.parquet").is_file():
         raise SpecsweepError(f"validate: {tables} holds no speedup.parquet (run `specsweep tables` first)")
+    # the tables checked against their manifest and their run; the cells against the run's archive, as the
+    # tables check them; what cannot be checked is said and recorded
+    check_tables_run(Path(tables), read_parquet(Path(tables), "speedup.parquet"), run)
+    unchecked = unchecked_tables(Path(tables)) + check_archive(Path(cells_dir), run)
     with tempfile.TemporaryDirectory(prefix="specsweep-validate-") as tmp:
         replays, reports = replay_rows(Path(cells_dir), Path(tmp))
         if not replays:
             raise SpecsweepError(f"validate: no drafter cell under {cells_dir} stores token ids (replay_tokens)")
         adv = advise_rows(Path(tables), reports, config_dir)
-    run = Path(cells_dir).resolve().parent.name
-    meta = {"specsweep": "validate", "run": run}
+    meta = {"specsweep": "validate", "run": run, **({"unchecked": json.dumps(unchecked)} if unchecked else {})}
     files = {
         "replay_vs_measured.parquet": _parquet_bytes(_table(replays, REPLAY_COLUMNS, meta)),
         "advise_vs_measured.parquet": _parquet_bytes(_table(adv, ADVISE_COLUMNS, meta)),
         "validation.md": markdown(run, replays, adv).encode(),
     }
-    write_set(Path(out), files)
-    return {"replay": replays, "advise": adv}
+    write_set(Path(out), files, "validation", run)
+    return {"replay": replays, "advise": adv, "unchecked": unchecked}
 
 
 # ------------------------------------------------------------------------------------------ held out
@@ -424,13 +431,13 @@ def heldout_rows(
     where `target_cells` holds them (repeat 1, advise's interval over requests), else the tables' measured T
     with its interval over engine starts. `all_at`: the load point "all prompts at once" of either run stands
     for this concurrency (the engine's max_num_seqs when the prompts exceed it)."""
-    import pyarrow.parquet as pq
+    from .tables import read_parquet
 
     for folder in (target_tables, source_tables):
         if not (Path(folder) / "speedup.parquet").is_file():
             raise SpecsweepError(f"validate: {folder} holds no speedup.parquet (run `specsweep tables` first)")
-    target = [r for r in pq.read_table(Path(target_tables) / "speedup.parquet").to_pylist() if _f(r.get("speedup"))]
-    source = [r for r in pq.read_table(Path(source_tables) / "speedup.parquet").to_pylist() if _f(r.get("R"))]
+    target = [r for r in read_parquet(Path(target_tables), "speedup.parquet").to_pylist() if _f(r.get("speedup"))]
+    source = [r for r in read_parquet(Path(source_tables), "speedup.parquet").to_pylist() if _f(r.get("R"))]
     source_run = Path(source_tables).resolve().parent.name
     rows = []
     with tempfile.TemporaryDirectory(prefix="specsweep-heldout-") as tmp:
@@ -596,5 +603,30 @@ def heldout(
             "validate-heldout.parquet": _parquet_bytes(_table(rows, HELDOUT_COLUMNS, meta)),
             "validate-heldout.md": heldout_markdown(run, rows).encode(),
         },
+        "validation-heldout",
+        run,
     )
     return rows
+
+
+def check_archive(cells_dir: Path, run: str) -> list[str]:
+    """Every cell of the run is the write specsweep archived (tables.edited_since_archived), else one line
+    naming it; the line saying the archive is missing when it is (tables.archive_unchecked)."""
+    from . import paths
+    from .jsonio import read_json
+    from .tables import archive_unchecked, edited_since_archived
+
+    files = _cell_files(cells_dir)
+    results = Path(cells_dir).parent.parent
+    missing = archive_unchecked(results, run, len(files))
+    if missing:
+        return missing
+    for path in files:
+        root, key = paths.parse(path)
+        why = edited_since_archived(root, key, read_json(path, "cell"))
+        if why:
+            raise SpecsweepError(
+                f"cell {key.label}: edited since specsweep wrote it ({why}); put the archived measurement back "
+                f"(specsweep restore --config CONFIG --force {path}) or rerun it"
+            )
+    return []

@@ -174,11 +174,13 @@ class Tables:
 
     @classmethod
     def load(cls, tables_dir: Path, run: str) -> Tables:
-        from .tables import read_parquet, replication_of
+        from .tables import check_tables_run, read_parquet, replication_of
 
         tables_dir = Path(tables_dir)
         ctab = read_parquet(tables_dir, "cells.parquet")
         stab = read_parquet(tables_dir, "speedup.parquet")
+        for table in (ctab, stab):  # another run's tables would draw nothing under this run's name
+            check_tables_run(tables_dir, table, run)
         meta = {k.decode(): v.decode() for k, v in (ctab.schema.metadata or {}).items()}
         crows = [r for r in ctab.to_pylist() if r.get("run") == run]
         srows = [r for r in stab.to_pylist() if r.get("run") == run]
