@@ -73,14 +73,19 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 
 def cmd_workload(args: argparse.Namespace) -> int:
-    from . import corpus, workloads
+    from . import corpus, datasets, workloads
 
     study = _study(args)
     if args.name not in study.workloads:
         raise SpecsweepError(f"workload '{args.name}': not in config (known: {', '.join(study.workloads)})")
     sha = study.raw["corpus"]["sha256"]
     lines = corpus.load_lines(Path(args.corpus), sha)
-    doc = workloads.build(study.workloads, args.name, lines, study.raw["seed"], study.raw["warmup_prompts"], sha)
+    data = {}
+    for name in workloads.needs_datasets(study.workloads, args.name):
+        path = study.dataset_path(name)
+        pinned = study.raw["workloads"][name]["dataset"]["sha256"]
+        data[name] = (datasets.read(path, "dataset", sha256=pinned, forms=datasets.TEXT_FORMS), str(path))
+    doc = workloads.build(study.workloads, args.name, lines, study.raw["seed"], study.raw["warmup_prompts"], sha, data)
     workloads.write(doc, Path(args.out))
     return 0
 

@@ -70,6 +70,7 @@ class WorkloadSpec:
     comment_lines: int = 6
     parts: tuple[tuple[str, float], ...] = ()
     temperature: float | None = None  # overrides sampling.temperature for this workload
+    dataset: dict[str, Any] | None = None  # kind dataset: {"sha256": ...} of its prompt file (path: dataset_path)
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,18 @@ class Study:
         """A workload's config entry without its concurrency keys (AXIS_KEYS): what makes its prompts and its
         default cells (adding concurrencies to a workload changes neither its workload file nor those cells'
         hash)."""
-        return {k: v for k, v in self.raw["workloads"][name].items() if k not in AXIS_KEYS}
+        raw = {k: v for k, v in self.raw["workloads"][name].items() if k not in AXIS_KEYS}
+        if raw.get("dataset"):  # a dataset is its content (sha256), wherever its copy lies, as the corpus is
+            raw["dataset"] = {k: v for k, v in raw["dataset"].items() if k != "path"}
+        return raw
+
+    def dataset_path(self, name: str) -> Path:
+        """The prompt file of a workload of kind dataset (config `workloads.<name>.dataset.path`; relative to
+        the working folder, as sonnet_path is)."""
+        entry = self.raw["workloads"][name].get("dataset")
+        if not entry:
+            raise SpecsweepError(f"workload '{name}': not of kind dataset")
+        return Path(entry["path"])
 
     def workload_hash(self, name: str) -> str:
         """The 12 hex digits in the name of a workload's file (paths.WORKLOAD's `whash`): the hash of everything
@@ -521,6 +533,8 @@ def prompt_chars_estimate(w: dict[str, Any], raw: dict[str, Any]) -> int:
         return 400 + int(200 / (1 - w["excerpt_share"])) + 61
     if w["kind"] == "code":
         return 300 + min(w["functions"], _CODE_FUNCTIONS) * (60 + 90 * w["comment_lines"])
+    if w["kind"] == "dataset":
+        return 0  # unknown before the file is read: workloads.build checks the prompts it drew
     return max(
         (prompt_chars_estimate(raw[p], raw) for p in w.get("parts") or {} if p in raw and raw[p]["kind"] != "mix"),
         default=0,
@@ -546,6 +560,10 @@ def _check_workloads(study: Study, source: str) -> None:
             parts = tuple(sorted(w["parts"].items()))
         elif w.get("parts"):
             raise SpecsweepError(f"{source}: {key}.parts: only a workload of kind 'mix' has parts")
+        if w["kind"] == "dataset" and not w.get("dataset"):
+            raise SpecsweepError(f"{source}: {key}.dataset: a dataset workload needs its file (path, sha256)")
+        if w["kind"] != "dataset" and w.get("dataset"):
+            raise SpecsweepError(f"{source}: {key}.dataset: only a workload of kind 'dataset' reads a file")
         prompts = w["num_prompts"] + study.raw["warmup_prompts"]
         size = prompts * prompt_chars_estimate(w, raw)
         if size > MAX_WORKLOAD_CHARS:
@@ -554,8 +572,9 @@ def _check_workloads(study: Study, source: str) -> None:
                 f"{size // prompts} characters); at most {MAX_WORKLOAD_CHARS // 2**20} MiB: "
                 "fewer prompts or shorter ones"
             )
-        fields = {k: v for k, v in w.items() if k != "parts" and k not in AXIS_KEYS}
-        study.workloads[name] = WorkloadSpec(name=name, parts=parts, **fields)
+        fields = {k: v for k, v in w.items() if k not in ("parts", "dataset") and k not in AXIS_KEYS}
+        data = {"sha256": w["dataset"]["sha256"]} if w.get("dataset") else None
+        study.workloads[name] = WorkloadSpec(name=name, parts=parts, dataset=data, **fields)
         for i, b in enumerate(w.get("concurrency") or ()):
             if b > w["num_prompts"]:
                 raise SpecsweepError(
