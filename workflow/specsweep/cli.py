@@ -1,6 +1,7 @@
 """The command line every Snakemake rule calls; each step also runs by hand.
 
     specsweep cells      --config config/smoke.yaml                       # list the matrix
+    specsweep check-ladder --config C                                     # vLLM's check of each speculative block
     specsweep corpus     --config C --out resources/sonnet.txt
     specsweep workload   --config C --name code --corpus resources/sonnet.txt --out results/r/workloads/code.json
     specsweep build-model --out resources/models/smollm2-135m-instruct
@@ -60,6 +61,18 @@ def cmd_cells(args: argparse.Namespace) -> int:
     for cell, r in order:
         print(paths.measurement(args.results, paths.Key(study.run, cell.model, cell.workload, cell.step, r)))
     print(f"{len(study.cells)} cells x {study.repeats} repeats = {len(order)} measurements", file=sys.stderr)
+    return 0
+
+
+def cmd_check_ladder(args: argparse.Namespace) -> int:
+    from . import preflight_checks
+
+    study = _study(args)
+    got = preflight_checks.check_ladder(study, f"config {args.config}")
+    if "no vLLM" in got.values():
+        raise SpecsweepError("check-ladder: vLLM does not import here; run it in the environment of the cells")
+    for name, how in got.items():
+        print(f"ladder.{name}.speculative: {'accepted by vLLM' if how == 'built' else 'method and keys accepted'}")
     return 0
 
 
@@ -460,6 +473,7 @@ def parser() -> argparse.ArgumentParser:
 
     sp = add("cells", cmd_cells, "list the cell output paths of the matrix")
     sp.add_argument("--results", default="results")
+    add("check-ladder", cmd_check_ladder, "check every ladder step's speculative block with the installed vLLM")
     sp = add("corpus", cmd_corpus, "download (or copy) and verify the sonnet corpus")
     sp.add_argument("--out", required=True)
     sp = add("workload", cmd_workload, "generate one workload file")

@@ -17,6 +17,7 @@ from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
 from .hostcpu import HostCpuMeter
 from .jsonio import sha256_obj
+from .preflight_checks import check_speculative
 from .telemetry import GpuSampler, memory_snapshot
 
 #: Keys of the engine block that are specsweep's own, not vLLM's.
@@ -229,6 +230,8 @@ class Engine:
         from vllm import LLM  # imported late: the env above must be in place first
 
         self.import_s = time.perf_counter() - t0
+        # vLLM's own check of the speculative block, before the engine start it would otherwise fail in
+        check_speculative(self.study.ladder[self.step].speculative, f"config: ladder.{self.step}.speculative")
         t1 = time.perf_counter()
         self.llm = LLM(**self.identity["kwargs"])
         self.engine_start_s = time.perf_counter() - t1
