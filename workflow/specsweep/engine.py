@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import inflight, metrics, slots, workloads
+from . import inflight, metrics, paths, slots, workloads
 from .architectures import TOKENIZER_SUBDIR, engine_overrides, is_dummy, tokenizer_path
 from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
@@ -51,6 +51,14 @@ def resolve_model(study: Study, cell: Cell, model_path: str | None) -> str:
     return source
 
 
+def model_folder(spec: ModelSpec) -> str:
+    """Where a `models` entry's files are: resources/models/{name} for one fetched at a revision, built or of
+    random weights (absolute, as the target's folder is given to vLLM), else the local folder its hf_id names."""
+    if spec.revision or spec.build or is_dummy(spec) or spec.hf_id is None:
+        return str(Path(paths.MODEL.format(model=spec.name)).resolve())
+    return str(Path(spec.hf_id).expanduser())
+
+
 def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
     """vLLM's LLM(...) arguments: every engine key the (validated) config sets, the ladder step's levers."""
     settings = study.cell_settings(cell)
@@ -68,6 +76,9 @@ def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
             kw[key] = value
     if step["speculative"]:
         kw["speculative_config"] = dict(step["speculative"])
+        draft = study.draft_model(cell.step)
+        if draft is not None:  # a `models` entry: its folder, made by fetch_model, build_model or dummy_model
+            kw["speculative_config"]["model"] = model_folder(draft)
     if step["compilation"]:
         kw["compilation_config"] = dict(step["compilation"])
     kw.update(engine_overrides(spec))  # weights: dummy -> load_format="dummy"
