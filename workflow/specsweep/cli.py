@@ -64,6 +64,36 @@ def cmd_cells(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_advice_replay(args: argparse.Namespace) -> int:
+    """One replay of the advice flow: the config's traffic file under a ladder step's drafter, at a
+    concurrency the run measured, with the engine settings of the run's cells (snakemake advice)."""
+    from . import datasets, replay
+    from .jsonio import atomic_write_json
+
+    study = _study(args)
+    adv = study.raw.get("advice")
+    known = study.advice_replays() if adv else {}
+    if args.name not in known:
+        raise SpecsweepError(
+            f"advice-replay {args.name}: not a replay of the config's advice (known: {', '.join(known) or 'none'})"
+        )
+    step, b = known[args.name]
+    path = Path(adv["traffic"]["path"])
+    got = datasets.file_sha256(path, "traffic file")
+    if got != adv["traffic"]["sha256"]:
+        raise SpecsweepError(f"traffic file {path}: sha256 is {got}, the config pins {adv['traffic']['sha256']}")
+    requests = replay.load_traffic(path, replay.load_tokenizer(Path(args.tokenizer)))
+    cell = next(c for c in study.cells if c.model == study.advice_model and c.step == step)
+    engine = study.cell_settings(cell)["engine"]
+    drafter = replay.Drafter.from_speculative(dict(study.ladder[step].speculative or {}), engine.get("max_model_len"))
+    concurrency = b or engine.get("max_num_seqs")
+    doc = replay.replay_report(
+        requests, drafter, "lockstep", concurrency, engine.get("max_num_batched_tokens"), str(path), 0
+    )
+    atomic_write_json(Path(args.out), doc)
+    return 0
+
+
 def cmd_check_ladder(args: argparse.Namespace) -> int:
     from . import preflight_checks
 
@@ -474,6 +504,10 @@ def parser() -> argparse.ArgumentParser:
     sp = add("cells", cmd_cells, "list the cell output paths of the matrix")
     sp.add_argument("--results", default="results")
     add("check-ladder", cmd_check_ladder, "check every ladder step's speculative block with the installed vLLM")
+    sp = add("advice-replay", cmd_advice_replay, "replay the config's advice traffic for one drafter step and b")
+    sp.add_argument("--name", required=True, help="STEP or STEP@bB (Study.advice_replays)")
+    sp.add_argument("--tokenizer", required=True, help="the advice model's tokenizer folder")
+    sp.add_argument("--out", required=True)
     sp = add("corpus", cmd_corpus, "download (or copy) and verify the sonnet corpus")
     sp.add_argument("--out", required=True)
     sp = add("workload", cmd_workload, "generate one workload file")

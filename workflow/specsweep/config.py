@@ -303,6 +303,22 @@ class Study:
             :12
         ]
 
+    @property
+    def advice_model(self) -> str:
+        """The model of the advice flow (config `advice.model`, default headline_model)."""
+        return (self.raw.get("advice") or {}).get("model") or self.raw["headline_model"]
+
+    def advice_replays(self) -> dict[str, tuple[str, int | None]]:
+        """The replays of the advice flow, by name: every ladder step of a drafter replay knows (SPEC_METHODS)
+        at every concurrency the run measured it on the advice model (None: all prompts at once); the name
+        is the step, with `@b{b}` for a concurrency."""
+        points = sorted(
+            {(c.step, c.concurrency) for c in self.cells if c.model == self.advice_model}
+            - {(c.step, c.concurrency) for c in self.cells if self.ladder[c.step].method not in SPEC_METHODS},
+            key=lambda p: (p[0], -1 if p[1] is None else p[1]),
+        )
+        return {(step if b is None else at_concurrency(step, b)): (step, b) for step, b in points}
+
     def draft_model(self, step: str) -> ModelSpec | None:
         """The `models` entry a ladder step's drafter loads: its speculative.model when that names an entry
         (fetched at its revision, built, or of random weights, like a target), else None (no drafter model, or
@@ -500,6 +516,7 @@ def build_study(cfg: dict[str, Any], source: str = "config") -> Study:
     check_env(cfg["env"], f"{source}: env")
     _expand(study, source)
     _check_drafts(study, source)
+    _check_advice(study, source)
     if cfg["headline_model"] not in study.models:
         raise SpecsweepError(
             f"{source}: headline_model: unknown model '{cfg['headline_model']}' (known: {', '.join(study.models)})"
@@ -653,6 +670,23 @@ def _check_drafts(study: Study, source: str) -> None:
                 f"{source}: ladder.{cell.step}.speculative.model: draft '{draft.name}' has {draft.weights} weights, "
                 f"model '{target.name}' {target.weights} ones (vLLM loads the target and its draft one way)"
             )
+
+
+def _check_advice(study: Study, source: str) -> None:
+    """The advice block names a model with cells, a workload of the run, and the run has a drafter to replay."""
+    adv = study.raw.get("advice")
+    if not adv:
+        return
+    model = study.advice_model
+    if model not in study.models:
+        raise SpecsweepError(f"{source}: advice.model: unknown model '{model}' (known: {', '.join(study.models)})")
+    if adv.get("workload") is not None and adv["workload"] not in study.workloads:
+        raise SpecsweepError(f"{source}: advice.workload: unknown workload '{adv['workload']}'")
+    if not study.advice_replays():
+        raise SpecsweepError(
+            f"{source}: advice: the run has no cell of model '{model}' with a drafter replay knows "
+            f"({', '.join(SPEC_METHODS)}) to predict"
+        )
 
 
 def _check_group_keys(cfg: dict[str, Any], source: str) -> None:
