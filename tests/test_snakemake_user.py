@@ -35,7 +35,7 @@ from specsweep.view import FIGURES
 #: What a plain checkout holds that Snakemake reads.
 CHECKOUT = ("Snakefile", "workflow", "config", "profiles", "envs")
 #: The rules that never start an engine, and so run in envs/light.yaml.
-LIGHT_RULES = {"corpus", "workload", "tables", "render_figures", "figures", "preflight_report"}
+LIGHT_RULES = {"corpus", "workload", "tables", "render_figures", "figures", "preflight_report", "advise"}
 IMPORT_LOG = "SPECSWEEP_TEST_IMPORT_LOG"
 #: Appended to the copy's specsweep/__init__.py: every process that imports the copy's package says which
 #: interpreter it is.

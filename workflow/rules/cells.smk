@@ -8,6 +8,7 @@ rule measure:
         # (and the model folder) before measuring; a changed setting is the params trigger's and the tables'
         workload=ancient(workload_file),
         model=ancient(model_dir),
+        draft=ancient(draft_dir),
         run_workloads=ancient(RUN_WORKLOAD_FILES),
     output:
         paths.MEASUREMENT,
@@ -39,6 +40,7 @@ rule fidelity_cell:
     input:
         workload=workload_file,
         model=model_dir,
+        draft=draft_dir,
     output:
         paths.result(paths.FIDELITY),
     log:

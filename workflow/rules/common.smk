@@ -267,9 +267,19 @@ def model_dir(wildcards) -> list[str]:
     return [os.path.expanduser(STUDY.models[wildcards.model].hf_id)]
 
 
+def draft_dir(wildcards) -> list[str]:
+    """The draft model folder of a cell's ladder step (speculative.model naming a `models` entry, made like
+    a target's by fetch_model, build_model or dummy_model), or none."""
+    draft = STUDY.draft_model(wildcards.step)
+    return [] if draft is None else model_dir(SimpleNamespace(model=draft.name))
+
+
 def prepare_paths() -> list[str]:
     """The workload files and model folders of every cell (`snakemake prepare`)."""
-    models = sorted({c.model for c in STUDY.cells})
+    models = sorted(
+        {c.model for c in STUDY.cells}
+        | {d.name for s in {c.step for c in STUDY.cells} if (d := STUDY.draft_model(s))}
+    )
     return RUN_WORKLOAD_FILES + [
         d for m in models for d in model_dir(SimpleNamespace(model=m))
     ]

@@ -7,6 +7,7 @@ rule preflight_cell:
         # ancient, as the measure rule's: verdicts already there stay when the inputs are rebuilt elsewhere
         workload=ancient(workload_file),
         model=ancient(model_dir),
+        draft=ancient(draft_dir),
     output:
         paths.result(paths.PREFLIGHT),
     log:

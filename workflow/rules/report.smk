@@ -57,3 +57,83 @@ rule figures:
         "({params.cli} tables --config {params.config:q} --out {params.tables:q} && "
         "{params.cli} figures --config {params.config:q} --tables {params.tables:q} --out {params.out:q}) "
         "> {log:q} 2>&1"
+
+
+# The advice flow (`snakemake advice`, config key `advice`): the run's cells of the advice model give the step
+# times (its tables), the traffic file is replayed on the CPU for every ngram and suffix step at every
+# concurrency the run measured, and `specsweep advise` predicts each drafter's speedup from both.
+import shlex  # noqa: E402
+
+from specsweep.architectures import tokenizer_path  # noqa: E402
+
+ADVICE = STUDY.advice_replays() if STUDY.raw.get("advice") else {}
+ADVICE_DIR = paths.run_dir(RUN) / "advice"
+ADVICE_REPLAYS = [str(ADVICE_DIR / "replay" / f"{name}.json") for name in ADVICE]
+
+
+def advice_traffic(wildcards) -> list[str]:
+    return [STUDY.raw["advice"]["traffic"]["path"]] if ADVICE else []
+
+
+def advice_model_dir(wildcards) -> list[str]:
+    return model_dir(SimpleNamespace(model=STUDY.advice_model))
+
+
+rule advice_replay:
+    input:
+        traffic=advice_traffic,
+        model=ancient(advice_model_dir),
+    output:
+        str(ADVICE_DIR / "replay" / "{name}.json"),
+    log:
+        paths.run_log(RUN, "advice-replay-{name}"),
+    wildcard_constraints:
+        name=names_regex(list(ADVICE)),
+    localrule: True
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+        config=EFFECTIVE_CONFIG,
+        tokenizer=lambda wc, input: tokenizer_path(
+            STUDY.models[STUDY.advice_model], input.model
+        ),
+    shell:
+        "{params.cli} advice-replay --config {params.config:q} --name {wildcards.name:q} "
+        "--tokenizer {params.tokenizer:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule advise:
+    input:
+        replays=ADVICE_REPLAYS,
+        tables=table_paths(),
+    output:
+        md=str(ADVICE_DIR / "advice.md"),
+        figure=str(ADVICE_DIR / "advice.png"),
+    log:
+        paths.run_log(RUN, "advise"),
+    localrule: True
+    conda:
+        LIGHT_ENV
+    params:
+        cli=SPECSWEEP,
+        replays=lambda wc, input: " ".join(
+            f"--replay {shlex.quote(p)}" for p in input.replays
+        ),
+        tables=str(paths.tables_dir(RUN)),
+        model=STUDY.advice_model,
+        workload=lambda wc: (
+            f"--workload {shlex.quote(w)}"
+            if (w := (STUDY.raw.get("advice") or {}).get("workload"))
+            else ""
+        ),
+    shell:
+        "{params.cli} advise {params.replays} --tables {params.tables:q} --model {params.model:q} "
+        "{params.workload} --out {output.md:q} --figure {output.figure:q} > {log:q} 2>&1"
+
+
+# `snakemake advice`: the cells, their tables, the replays and the advice page.
+rule advice:
+    input:
+        rules.advise.output if ADVICE else [],
+    localrule: True

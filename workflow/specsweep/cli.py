@@ -1,6 +1,7 @@
 """The command line every Snakemake rule calls; each step also runs by hand.
 
     specsweep cells      --config config/smoke.yaml                       # list the matrix
+    specsweep check-ladder --config C                                     # vLLM's check of each speculative block
     specsweep corpus     --config C --out resources/sonnet.txt
     specsweep workload   --config C --name code --corpus resources/sonnet.txt --out results/r/workloads/code.json
     specsweep build-model --out resources/models/smollm2-135m-instruct
@@ -64,6 +65,48 @@ def cmd_cells(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_advice_replay(args: argparse.Namespace) -> int:
+    """One replay of the advice flow: the config's traffic file under a ladder step's drafter, at a
+    concurrency the run measured, with the engine settings of the run's cells (snakemake advice)."""
+    from . import datasets, replay
+    from .jsonio import atomic_write_json
+
+    study = _study(args)
+    adv = study.raw.get("advice")
+    known = study.advice_replays() if adv else {}
+    if args.name not in known:
+        raise SpecsweepError(
+            f"advice-replay {args.name}: not a replay of the config's advice (known: {', '.join(known) or 'none'})"
+        )
+    step, b = known[args.name]
+    path = Path(adv["traffic"]["path"])
+    got = datasets.file_sha256(path, "traffic file")
+    if got != adv["traffic"]["sha256"]:
+        raise SpecsweepError(f"traffic file {path}: sha256 is {got}, the config pins {adv['traffic']['sha256']}")
+    requests = replay.load_traffic(path, replay.load_tokenizer(Path(args.tokenizer)))
+    cell = next(c for c in study.cells if c.model == study.advice_model and c.step == step)
+    engine = study.cell_settings(cell)["engine"]
+    drafter = replay.Drafter.from_speculative(dict(study.ladder[step].speculative or {}), engine.get("max_model_len"))
+    concurrency = b or engine.get("max_num_seqs")
+    doc = replay.replay_report(
+        requests, drafter, "lockstep", concurrency, engine.get("max_num_batched_tokens"), str(path), 0
+    )
+    atomic_write_json(Path(args.out), doc)
+    return 0
+
+
+def cmd_check_ladder(args: argparse.Namespace) -> int:
+    from . import preflight_checks
+
+    study = _study(args)
+    got = preflight_checks.check_ladder(study, f"config {args.config}")
+    if "no vLLM" in got.values():
+        raise SpecsweepError("check-ladder: vLLM does not import here; run it in the environment of the cells")
+    for name, how in got.items():
+        print(f"ladder.{name}.speculative: {'accepted by vLLM' if how == 'built' else 'method and keys accepted'}")
+    return 0
+
+
 def cmd_corpus(args: argparse.Namespace) -> int:
     from . import corpus
 
@@ -74,14 +117,19 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 
 def cmd_workload(args: argparse.Namespace) -> int:
-    from . import corpus, workloads
+    from . import corpus, datasets, workloads
 
     study = _study(args)
     if args.name not in study.workloads:
         raise SpecsweepError(f"workload '{args.name}': not in config (known: {', '.join(study.workloads)})")
     sha = study.raw["corpus"]["sha256"]
     lines = corpus.load_lines(Path(args.corpus), sha)
-    doc = workloads.build(study.workloads, args.name, lines, study.raw["seed"], study.raw["warmup_prompts"], sha)
+    data = {}
+    for name in workloads.needs_datasets(study.workloads, args.name):
+        path = study.dataset_path(name)
+        pinned = study.raw["workloads"][name]["dataset"]["sha256"]
+        data[name] = (datasets.read(path, "dataset", sha256=pinned, forms=datasets.TEXT_FORMS), str(path))
+    doc = workloads.build(study.workloads, args.name, lines, study.raw["seed"], study.raw["warmup_prompts"], sha, data)
     workloads.write(doc, Path(args.out))
     return 0
 
@@ -502,6 +550,11 @@ def parser() -> argparse.ArgumentParser:
 
     sp = add("cells", cmd_cells, "list the cell output paths of the matrix")
     sp.add_argument("--results", default="results")
+    add("check-ladder", cmd_check_ladder, "check every ladder step's speculative block with the installed vLLM")
+    sp = add("advice-replay", cmd_advice_replay, "replay the config's advice traffic for one drafter step and b")
+    sp.add_argument("--name", required=True, help="STEP or STEP@bB (Study.advice_replays)")
+    sp.add_argument("--tokenizer", required=True, help="the advice model's tokenizer folder")
+    sp.add_argument("--out", required=True)
     sp = add("corpus", cmd_corpus, "download (or copy) and verify the sonnet corpus")
     sp.add_argument("--out", required=True)
     sp = add("workload", cmd_workload, "generate one workload file")

@@ -27,7 +27,9 @@ from .safeyaml import check_data, load_yaml
 from .stats import ENGINE_STARTS, ONE_ENGINE
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
-BASE_KINDS = ("sonnet", "chat", "code")
+BASE_KINDS = ("sonnet", "chat", "code", "dataset")
+#: The model-free drafters the article's figures compare and `specsweep replay` replays; the ladder takes any
+#: method the installed vLLM accepts (preflight_checks.check_speculative asks vLLM's own SpeculativeConfig).
 SPEC_METHODS = ("ngram", "suffix")
 
 
@@ -70,6 +72,7 @@ class WorkloadSpec:
     comment_lines: int = 6
     parts: tuple[tuple[str, float], ...] = ()
     temperature: float | None = None  # overrides sampling.temperature for this workload
+    dataset: dict[str, Any] | None = None  # kind dataset: {"sha256": ...} of its prompt file (path: dataset_path)
 
 
 @dataclass(frozen=True)
@@ -277,7 +280,18 @@ class Study:
         """A workload's config entry without its concurrency keys (AXIS_KEYS): what makes its prompts and its
         default cells (adding concurrencies to a workload changes neither its workload file nor those cells'
         hash)."""
-        return {k: v for k, v in self.raw["workloads"][name].items() if k not in AXIS_KEYS}
+        raw = {k: v for k, v in self.raw["workloads"][name].items() if k not in AXIS_KEYS}
+        if raw.get("dataset"):  # a dataset is its content (sha256), wherever its copy lies, as the corpus is
+            raw["dataset"] = {k: v for k, v in raw["dataset"].items() if k != "path"}
+        return raw
+
+    def dataset_path(self, name: str) -> Path:
+        """The prompt file of a workload of kind dataset (config `workloads.<name>.dataset.path`; relative to
+        the working folder, as sonnet_path is)."""
+        entry = self.raw["workloads"][name].get("dataset")
+        if not entry:
+            raise SpecsweepError(f"workload '{name}': not of kind dataset")
+        return Path(entry["path"])
 
     def workload_hash(self, name: str) -> str:
         """The 12 hex digits in the name of a workload's file (paths.WORKLOAD's `whash`): the hash of everything
@@ -288,6 +302,29 @@ class Study:
         return sha256_obj([spec, parts, self.raw["seed"], self.raw["warmup_prompts"], self.raw["corpus"]["sha256"]])[
             :12
         ]
+
+    @property
+    def advice_model(self) -> str:
+        """The model of the advice flow (config `advice.model`, default headline_model)."""
+        return (self.raw.get("advice") or {}).get("model") or self.raw["headline_model"]
+
+    def advice_replays(self) -> dict[str, tuple[str, int | None]]:
+        """The replays of the advice flow, by name: every ladder step of a drafter replay knows (SPEC_METHODS)
+        at every concurrency the run measured it on the advice model (None: all prompts at once); the name
+        is the step, with `@b{b}` for a concurrency."""
+        points = sorted(
+            {(c.step, c.concurrency) for c in self.cells if c.model == self.advice_model}
+            - {(c.step, c.concurrency) for c in self.cells if self.ladder[c.step].method not in SPEC_METHODS},
+            key=lambda p: (p[0], -1 if p[1] is None else p[1]),
+        )
+        return {(step if b is None else at_concurrency(step, b)): (step, b) for step, b in points}
+
+    def draft_model(self, step: str) -> ModelSpec | None:
+        """The `models` entry a ladder step's drafter loads: its speculative.model when that names an entry
+        (fetched at its revision, built, or of random weights, like a target), else None (no drafter model, or
+        a folder or Hugging Face id vLLM loads as given)."""
+        name = (self.ladder[step].speculative or {}).get("model")
+        return self.models.get(name) if isinstance(name, str) else None
 
     def cell_settings(self, cell: Cell) -> dict[str, Any]:
         """Everything that defines how a cell runs: hashed into the cell's config_sha256."""
@@ -307,6 +344,7 @@ class Study:
             per_slot = self.raw["workloads"][cell.base_workload].get("prompts_per_slot")
             if per_slot is not None:
                 workload["prompts_per_slot"] = per_slot
+        extra = self.suffix_cache_setting(cell) | self.draft_setting(cell)
         return {
             "model": {k: v for k, v in model.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)},
             "workload": workload,
@@ -323,7 +361,15 @@ class Study:
             "warmup_prompts": self.raw["warmup_prompts"],
             "env": dict(self.raw["env"]) | dict(step.env or {}),
             "seed": self.raw["seed"],
-        } | self.suffix_cache_setting(cell)
+        } | extra
+
+    def draft_setting(self, cell: Cell) -> dict[str, Any]:
+        """A step's draft model entry (revision, weights, ...), where it is hashed: only for a step whose drafter
+        loads a `models` entry, so the settings of every other cell are unchanged."""
+        draft = self.draft_model(cell.step)
+        if draft is None:
+            return {}
+        return {"draft_model": {k: v for k, v in draft.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)}}
 
     def suffix_cache_setting(self, cell: Cell) -> dict[str, str]:
         """What a suffix cell's drafter may draft from after the warm-up, where it is hashed: only for suffix
@@ -469,6 +515,8 @@ def build_study(cfg: dict[str, Any], source: str = "config") -> Study:
     _check_ladder(study, source)
     check_env(cfg["env"], f"{source}: env")
     _expand(study, source)
+    _check_drafts(study, source)
+    _check_advice(study, source)
     if cfg["headline_model"] not in study.models:
         raise SpecsweepError(
             f"{source}: headline_model: unknown model '{cfg['headline_model']}' (known: {', '.join(study.models)})"
@@ -521,6 +569,8 @@ def prompt_chars_estimate(w: dict[str, Any], raw: dict[str, Any]) -> int:
         return 400 + int(200 / (1 - w["excerpt_share"])) + 61
     if w["kind"] == "code":
         return 300 + min(w["functions"], _CODE_FUNCTIONS) * (60 + 90 * w["comment_lines"])
+    if w["kind"] == "dataset":
+        return 0  # unknown before the file is read: workloads.build checks the prompts it drew
     return max(
         (prompt_chars_estimate(raw[p], raw) for p in w.get("parts") or {} if p in raw and raw[p]["kind"] != "mix"),
         default=0,
@@ -546,6 +596,10 @@ def _check_workloads(study: Study, source: str) -> None:
             parts = tuple(sorted(w["parts"].items()))
         elif w.get("parts"):
             raise SpecsweepError(f"{source}: {key}.parts: only a workload of kind 'mix' has parts")
+        if w["kind"] == "dataset" and not w.get("dataset"):
+            raise SpecsweepError(f"{source}: {key}.dataset: a dataset workload needs its file (path, sha256)")
+        if w["kind"] != "dataset" and w.get("dataset"):
+            raise SpecsweepError(f"{source}: {key}.dataset: only a workload of kind 'dataset' reads a file")
         prompts = w["num_prompts"] + study.raw["warmup_prompts"]
         size = prompts * prompt_chars_estimate(w, raw)
         if size > MAX_WORKLOAD_CHARS:
@@ -554,8 +608,9 @@ def _check_workloads(study: Study, source: str) -> None:
                 f"{size // prompts} characters); at most {MAX_WORKLOAD_CHARS // 2**20} MiB: "
                 "fewer prompts or shorter ones"
             )
-        fields = {k: v for k, v in w.items() if k != "parts" and k not in AXIS_KEYS}
-        study.workloads[name] = WorkloadSpec(name=name, parts=parts, **fields)
+        fields = {k: v for k, v in w.items() if k not in ("parts", "dataset") and k not in AXIS_KEYS}
+        data = {"sha256": w["dataset"]["sha256"]} if w.get("dataset") else None
+        study.workloads[name] = WorkloadSpec(name=name, parts=parts, dataset=data, **fields)
         for i, b in enumerate(w.get("concurrency") or ()):
             if b > w["num_prompts"]:
                 raise SpecsweepError(
@@ -572,18 +627,15 @@ def _check_ladder(study: Study, source: str) -> None:
         gmu = step["gpu_memory_utilization"]
         spec = step.get("speculative")
         if spec:
-            if spec["method"] not in SPEC_METHODS:
-                raise SpecsweepError(
-                    f"{source}: {key}.speculative.method: unknown method '{spec['method']}' "
-                    f"(built-in drafters: {', '.join(SPEC_METHODS)})"
-                )
+            # the block passes through to vLLM, whose own SpeculativeConfig checks it before any engine starts
+            # (preflight_checks.check_speculative; `specsweep check-ladder` checks a whole config)
             lo, hi = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
             if lo is not None and hi is not None and lo > hi:
                 raise SpecsweepError(
                     f"{source}: {key}.speculative: prompt_lookup_min ({lo}) > prompt_lookup_max ({hi})"
                 )
-            if spec["method"] != "ngram" and (lo is not None or hi is not None):
-                raise SpecsweepError(f"{source}: {key}.speculative: prompt_lookup_* apply to method ngram only")
+            if not spec["method"].startswith("ngram") and (lo is not None or hi is not None):
+                raise SpecsweepError(f"{source}: {key}.speculative: prompt_lookup_* apply to the ngram methods only")
             suffix_keys = sorted(k for k in spec if k.startswith("suffix_decoding_"))
             if spec["method"] != "suffix" and suffix_keys:
                 raise SpecsweepError(
@@ -605,6 +657,36 @@ def _check_ladder(study: Study, source: str) -> None:
         )
     if study.ladder[study.raw["baseline"]].speculative:
         raise SpecsweepError(f"{source}: baseline: '{study.raw['baseline']}' is speculative; the baseline must not be")
+
+
+def _check_drafts(study: Study, source: str) -> None:
+    """A draft model entry loads as its targets do: vLLM takes one load format for both, so random-weight drafts
+    go with random-weight targets (shape runs) and real ones with real ones."""
+    for cell in study.cells:
+        draft = study.draft_model(cell.step)
+        target = study.models[cell.model]
+        if draft is not None and (draft.weights == "dummy") != (target.weights == "dummy"):
+            raise SpecsweepError(
+                f"{source}: ladder.{cell.step}.speculative.model: draft '{draft.name}' has {draft.weights} weights, "
+                f"model '{target.name}' {target.weights} ones (vLLM loads the target and its draft one way)"
+            )
+
+
+def _check_advice(study: Study, source: str) -> None:
+    """The advice block names a model with cells, a workload of the run, and the run has a drafter to replay."""
+    adv = study.raw.get("advice")
+    if not adv:
+        return
+    model = study.advice_model
+    if model not in study.models:
+        raise SpecsweepError(f"{source}: advice.model: unknown model '{model}' (known: {', '.join(study.models)})")
+    if adv.get("workload") is not None and adv["workload"] not in study.workloads:
+        raise SpecsweepError(f"{source}: advice.workload: unknown workload '{adv['workload']}'")
+    if not study.advice_replays():
+        raise SpecsweepError(
+            f"{source}: advice: the run has no cell of model '{model}' with a drafter replay knows "
+            f"({', '.join(SPEC_METHODS)}) to predict"
+        )
 
 
 def _check_group_keys(cfg: dict[str, Any], source: str) -> None:

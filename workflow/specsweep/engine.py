@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import inflight, metrics, slots, workloads
+from . import inflight, metrics, paths, slots, workloads
 from .architectures import TOKENIZER_SUBDIR, engine_overrides, is_dummy, tokenizer_path
 from .config import Cell, ModelSpec, Study
 from .errors import SpecsweepError
 from .hostcpu import HostCpuMeter
 from .jsonio import sha256_obj
+from .preflight_checks import check_speculative
 from .telemetry import GpuSampler, memory_snapshot
 
 #: Keys of the engine block that are specsweep's own, not vLLM's.
@@ -50,6 +51,14 @@ def resolve_model(study: Study, cell: Cell, model_path: str | None) -> str:
     return source
 
 
+def model_folder(spec: ModelSpec) -> str:
+    """Where a `models` entry's files are: resources/models/{name} for one fetched at a revision, built or of
+    random weights (absolute, as the target's folder is given to vLLM), else the local folder its hf_id names."""
+    if spec.revision or spec.build or is_dummy(spec) or spec.hf_id is None:
+        return str(Path(paths.MODEL.format(model=spec.name)).resolve())
+    return str(Path(spec.hf_id).expanduser())
+
+
 def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
     """vLLM's LLM(...) arguments: every engine key the (validated) config sets, the ladder step's levers."""
     settings = study.cell_settings(cell)
@@ -67,6 +76,9 @@ def engine_kwargs(study: Study, cell: Cell, model: str) -> dict[str, Any]:
             kw[key] = value
     if step["speculative"]:
         kw["speculative_config"] = dict(step["speculative"])
+        draft = study.draft_model(cell.step)
+        if draft is not None:  # a `models` entry: its folder, made by fetch_model, build_model or dummy_model
+            kw["speculative_config"]["model"] = model_folder(draft)
     if step["compilation"]:
         kw["compilation_config"] = dict(step["compilation"])
     kw.update(engine_overrides(spec))  # weights: dummy -> load_format="dummy"
@@ -99,17 +111,43 @@ def token_hash(ids: list[int]) -> str:
 
 
 def encode_prompts(tokenizer: Any, items: list[dict[str, Any]], use_chat: bool) -> list[list[int]]:
+    """The token ids the engine is given: a prompt as one user message through the chat template (a dataset's
+    chat prompt as its own messages), or its text as it is when the model has no chat template."""
     out = []
     for item in items:
         if use_chat:
-            ids = tokenizer.apply_chat_template(
-                [{"role": "user", "content": item["text"]}], tokenize=True, add_generation_prompt=True
-            )
+            messages = item.get("messages") or [{"role": "user", "content": item["text"]}]
+            ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
             if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in newer transformers
                 ids = ids["input_ids"]
         else:
             ids = tokenizer(item["text"])["input_ids"]
         out.append(list(ids))
+    return out
+
+
+def request_max_tokens(
+    tokenizer: Any, items: list[dict[str, Any]], ids: list[list[int]], max_model_len: int | None
+) -> list[int]:
+    """Each request's max_tokens as the engine runs it. A generated workload's prompts keep theirs (a prompt
+    that does not fit is refused by the callers). A dataset's prompt (one with an `origin`, its file and line)
+    takes its recorded response's length in tokens where that was left to count here (at most the workload's
+    max_tokens), cut to what max_model_len leaves after the prompt; a prompt of max_model_len tokens or more
+    is refused in one line naming its file and line."""
+    out = []
+    for item, prompt in zip(items, ids, strict=True):
+        m = int(item["max_tokens"])
+        if "origin" in item:
+            if "response" in item:
+                m = min(m, max(1, len(tokenizer(item["response"], add_special_tokens=False)["input_ids"])))
+            if max_model_len is not None:
+                if len(prompt) >= max_model_len:
+                    raise SpecsweepError(
+                        f"dataset {item['origin']}: the prompt is {len(prompt)} tokens, leaving no room under "
+                        f"max_model_len {max_model_len}"
+                    )
+                m = min(m, max_model_len - len(prompt))
+        out.append(m)
     return out
 
 
@@ -203,6 +241,8 @@ class Engine:
         from vllm import LLM  # imported late: the env above must be in place first
 
         self.import_s = time.perf_counter() - t0
+        # vLLM's own check of the speculative block, before the engine start it would otherwise fail in
+        check_speculative(self.study.ladder[self.step].speculative, f"config: ladder.{self.step}.speculative")
         t1 = time.perf_counter()
         self.llm = LLM(**self.identity["kwargs"])
         self.engine_start_s = time.perf_counter() - t1
@@ -243,22 +283,24 @@ class Engine:
         tokenizer = llm.get_tokenizer()
         use_chat = uses_chat(self.spec, tokenizer)
 
-        def params(items: list[dict[str, Any]], max_tokens: int | None = None) -> list[Any]:
+        def params(lengths: list[int], max_tokens: int | None = None) -> list[Any]:
             return [
                 SamplingParams(
                     temperature=sampling["temperature"],
                     top_p=sampling["top_p"],
                     ignore_eos=sampling["ignore_eos"],
-                    max_tokens=max_tokens or it["max_tokens"],
+                    max_tokens=max_tokens or m,
                     output_kind=RequestOutputKind.FINAL_ONLY,  # as LLM.generate sets it: one output per request
                 )
-                for it in items
+                for m in lengths
             ]  # no per-request seed: the engine's seed makes runs repeatable
 
         timed_ids = encode_prompts(tokenizer, wl["prompts"], use_chat)
         warm_ids = encode_prompts(tokenizer, wl["warmup"], use_chat)
-        longest = max(len(i) + it["max_tokens"] for i, it in zip(timed_ids, wl["prompts"], strict=True))
         max_len = self.identity["kwargs"].get("max_model_len")
+        timed_max = request_max_tokens(tokenizer, wl["prompts"], timed_ids, max_len)
+        warm_max = request_max_tokens(tokenizer, wl["warmup"], warm_ids, max_len)
+        longest = max(len(i) + m for i, m in zip(timed_ids, timed_max, strict=True))
         if max_len is not None and longest > max_len:
             raise SpecsweepError(
                 f"workload {cell.workload}: a prompt plus its max_tokens is {longest} tokens, "
@@ -267,7 +309,7 @@ class Engine:
 
         t1 = time.perf_counter()
         if warm_ids:
-            llm.generate([TokensPrompt(prompt_token_ids=i) for i in warm_ids], params(wl["warmup"]), use_tqdm=False)
+            llm.generate([TokensPrompt(prompt_token_ids=i) for i in warm_ids], params(warm_max), use_tqdm=False)
         warmup_s = time.perf_counter() - t1
         if warm_ids and self.study.suffix_cache_setting(cell).get("suffix_cache_after_warmup") == "empty":
             # the warm-up's responses would stay in the global suffix cache and be drafted from in the timed
@@ -285,10 +327,10 @@ class Engine:
         ):
             t2 = time.perf_counter()
             if b is None:
-                outs = llm.generate(prompts, params(wl["prompts"]), use_tqdm=False)
+                outs = llm.generate(prompts, params(timed_max), use_tqdm=False)
             else:
                 outs, _, steady = inflight.run_in_flight(
-                    llm.llm_engine, prompts, params(wl["prompts"]), b, lambda: len(observer.steps)
+                    llm.llm_engine, prompts, params(timed_max), b, lambda: len(observer.steps)
                 )
             gen_wall_s = time.perf_counter() - t2
         d = metrics.delta(before, metrics.snapshot(llm.get_metrics()))
@@ -302,9 +344,7 @@ class Engine:
             llm.reset_prefix_cache()
             before_p = metrics.snapshot(llm.get_metrics())
             t3 = time.perf_counter()
-            llm.generate(
-                [TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"], 1), use_tqdm=False
-            )
+            llm.generate([TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(timed_max, 1), use_tqdm=False)
             prefill = {
                 "probe_s": time.perf_counter() - t3,
                 "probe_steps": metrics.delta(before_p, metrics.snapshot(llm.get_metrics()))["steps"],

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import provenance, slots, workloads
 from .config import Cell, Study
-from .engine import cell_env, encode_prompts, engine_kwargs, resolve_model, uses_chat
+from .engine import cell_env, encode_prompts, engine_kwargs, request_max_tokens, resolve_model, uses_chat
 from .errors import SpecsweepError
 from .jsonio import atomic_write_json
 
@@ -43,9 +43,10 @@ def run_harness(study: Study, cell: Cell, workload_path: Path, out: Path, model_
 
     def requests(items: list[dict[str, Any]]) -> list[Any]:
         ids = encode_prompts(tok, items, use_chat)
+        lengths = request_max_tokens(tok, items, ids, kwargs.get("max_model_len"))
         return [
-            SampleRequest(prompt={"prompt_token_ids": i}, prompt_len=len(i), expected_output_len=it["max_tokens"])
-            for i, it in zip(ids, items, strict=True)
+            SampleRequest(prompt={"prompt_token_ids": i}, prompt_len=len(i), expected_output_len=m)
+            for i, m in zip(ids, lengths, strict=True)
         ]
 
     timed, warm = requests(wl["prompts"]), requests(wl["warmup"])

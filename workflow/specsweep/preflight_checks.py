@@ -217,3 +217,74 @@ def check_workload_current(
     if diff:
         shown = ", ".join(f"{k} {got.get(k)!r} -> {expected.get(k)!r}" if k in expected else k for k in diff[:4])
         raise SpecsweepError(f"{where}: made for other settings than the config's ({shown}); regenerate it")
+
+
+def _literal_values(annotation: Any) -> set[str]:
+    """The strings a (nested) typing.Literal annotation allows (``Literal["a", Literal["b"]] | None``)."""
+    import typing
+
+    out: set[str] = set()
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, str):
+            out.add(arg)
+        else:
+            out |= _literal_values(arg)
+    return out
+
+
+def check_speculative(spec: Mapping[str, Any] | None, where: str) -> str:
+    """A ladder step's `speculative:` block, checked by the installed vLLM's own SpeculativeConfig before any
+    engine starts, not by a list of specsweep's: its method must be one this vLLM has and its keys fields of
+    its config (each refused in one line naming the method or key and the vLLM version); then vLLM builds the
+    config, and what it refuses is refused with its first message. A drafter with a model (EAGLE-3, MTP, a
+    draft model) is built only with the target model's config, so for those the method and keys are checked
+    here and the rest by vLLM when the engine starts.
+
+    Returns how far it checked: `built` (vLLM built the config), `fields` (method and keys), `no spec` or
+    `no vLLM` (vLLM does not import here: the engine's own check stays)."""
+    if not spec:
+        return "no spec"
+    try:
+        import vllm
+        from vllm.config import SpeculativeConfig
+    except ImportError:
+        return "no vLLM"
+    import dataclasses
+
+    version = getattr(vllm, "__version__", "unknown")
+    fields = {f.name: f for f in dataclasses.fields(SpeculativeConfig) if f.init}
+    method = spec.get("method")
+    methods = _literal_values(fields["method"].type) if "method" in fields else set()
+    if methods and method not in methods:
+        named = sorted(m for m in methods if not m.endswith("_mtp"))  # a model's own MTP names: counted only
+        more = len(methods) - len(named)
+        raise SpecsweepError(
+            f"{where}.method: {str(method)[:64]!r} is not a speculative method of the installed vLLM {version} "
+            f"(it has: {', '.join(named)}{f' and {more} model-specific *_mtp names' if more else ''})"
+        )
+    unknown = sorted(str(k) for k in spec if k not in fields)
+    if unknown:
+        raise SpecsweepError(f"{where}.{unknown[0][:64]}: not a key of vLLM {version}'s speculative config")
+    try:
+        SpeculativeConfig(**dict(spec))
+    except ValueError as exc:  # pydantic's ValidationError is one
+        errors = getattr(exc, "errors", None)
+        first = errors()[0] if callable(errors) and errors() else None
+        msg = str(first["msg"]) if first else (str(exc).strip().splitlines() or [""])[0]
+        if "target_model_config" in msg:  # a drafter of the target's own weights (MTP): needs the target
+            return "fields"
+        loc = ".".join(str(p) for p in (first or {}).get("loc", ()) if str(p) != "__init__")
+        msg = " ".join(msg.removeprefix("Value error, ").split())[:300]
+        raise SpecsweepError(f"{where}{'.' + loc if loc else ''}: vLLM {version} refuses it: {msg}") from None
+    except (AttributeError, TypeError, AssertionError):  # a drafter with a model reads the target's config
+        return "fields"
+    return "built"
+
+
+def check_ladder(study: Any, source: str = "config") -> dict[str, str]:
+    """check_speculative for every speculative ladder step of a study (config.Study): step -> how far."""
+    return {
+        name: check_speculative(step.speculative, f"{source}: ladder.{name}.speculative")
+        for name, step in study.ladder.items()
+        if step.speculative
+    }

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -521,86 +520,50 @@ def _ids(value: Any, vocab: int, where: str) -> list[int]:
     return list(value)
 
 
-def _one_of(obj: dict[str, Any], keys: tuple[str, ...], where: str) -> str:
-    present = [k for k in keys if k in obj]
-    if len(present) != 1:
-        raise SpecsweepError(f"{where}: needs exactly one of {', '.join(keys)} (has {', '.join(present) or 'none'})")
-    return present[0]
-
-
 def load_traffic(path: Path, tokenizer: Any) -> list[Request]:
     """Read a traffic file into token ids; a bad line is a one-line error naming its number.
 
-    A traffic file is JSON Lines, one request a line (an object):
-      prompt              the prompt text (tokenised as the engine does: the tokenizer's special tokens
-                          added), or
-      prompt_token_ids    the prompt's token ids, or
-      messages            chat messages ([{"role": ..., "content": ...}]), put through the tokenizer's chat
-                          template with the generation prompt;
-      response            the text the model answered (tokenised without special tokens), or
-      response_token_ids  the token ids the model emitted (preferred: exact);
-      finish_order        optional: the rank (0, 1, ...) in which the request finished in the real run;
-      id                  optional: a name for the request in the report.
-    Exactly one prompt form and one response form per line; blank lines are skipped."""
+    A traffic file is JSON Lines, one request a line, in the forms datasets.py reads (vLLM's benchmark
+    datasets' forms, the same files a `dataset` workload measures): a prompt as text (``prompt``, Spec-Bench's
+    ``turns``, ShareGPT's ``conversations``: tokenised as the engine does, the tokenizer's special tokens
+    added), as ``prompt_token_ids``, or as chat ``messages`` (put through the tokenizer's chat template with the
+    generation prompt); and a recorded response: ``response`` text (tokenised without special tokens),
+    ``response_token_ids`` (preferred: exact), ShareGPT's second turn or a last ``assistant`` message.
+    Optional: ``finish_order``, the rank (0, 1, ...) in which the request finished in the real run; ``id``, a
+    name for the request in the report. Blank lines are skipped."""
+    from . import datasets
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecsweepError(f"traffic file {path}: not UTF-8 text") from None
     vocab = len(tokenizer)
     out: list[Request] = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for rec in datasets.read(path, "traffic file", noun="requests"):
+        n = rec.line
         where = f"traffic file {path}: line {n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecsweepError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise SpecsweepError(f"{where}: not a JSON object")
-        kind = _one_of(obj, ("prompt", "prompt_token_ids", "messages"), where)
-        if kind == "prompt_token_ids":
-            prompt = _ids(obj[kind], vocab, f"{where}: prompt_token_ids")
-        elif kind == "prompt":
-            if not isinstance(obj[kind], str) or not obj[kind]:
-                raise SpecsweepError(f"{where}: prompt is not a non-empty string")
-            prompt = list(tokenizer(obj[kind])["input_ids"])
-        else:
-            msgs = obj[kind]
-            if (
-                not isinstance(msgs, list)
-                or not msgs
-                or not all(
-                    isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                    for m in msgs
-                )
-            ):
-                raise SpecsweepError(f"{where}: messages is not a list of {{role, content}} strings")
+        if rec.prompt_token_ids is not None:
+            prompt = _ids(list(rec.prompt_token_ids), vocab, f"{where}: prompt_token_ids")
+        elif rec.messages is not None:
             if not getattr(tokenizer, "chat_template", None):
                 raise SpecsweepError(f"{where}: messages given, but the tokenizer has no chat template")
-            ids = tokenizer.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
+            ids = tokenizer.apply_chat_template(list(rec.messages), tokenize=True, add_generation_prompt=True)
             if isinstance(ids, dict) or hasattr(ids, "keys"):
                 ids = ids["input_ids"]
             prompt = list(ids)
-        rkind = _one_of(obj, ("response", "response_token_ids"), where)
-        if rkind == "response_token_ids":
-            response = _ids(obj[rkind], vocab, f"{where}: response_token_ids")
         else:
-            if not isinstance(obj[rkind], str):
-                raise SpecsweepError(f"{where}: response is not a string")
-            response = list(tokenizer(obj[rkind], add_special_tokens=False)["input_ids"])
+            prompt = list(tokenizer(rec.text)["input_ids"])
+        if rec.response_token_ids is not None:
+            response = _ids(list(rec.response_token_ids), vocab, f"{where}: response_token_ids")
+        elif rec.response is not None:
+            response = list(tokenizer(rec.response, add_special_tokens=False)["input_ids"])
             if not response:
                 raise SpecsweepError(f"{where}: response tokenises to no tokens")
+        else:
+            raise SpecsweepError(
+                f"{where}: no recorded response (response, response_token_ids, ShareGPT's second turn or a last "
+                "assistant message): replay needs what the model answered"
+            )
         if not prompt:
             raise SpecsweepError(f"{where}: the prompt tokenises to no tokens")
-        rank = obj.get("finish_order")
-        if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 0):
-            raise SpecsweepError(f"{where}: finish_order {rank!r} is not a rank (an integer >= 0)")
-        name = obj.get("id", f"line{n}")
-        out.append(Request(prompt, response, rank, str(name)))
-    if not out:
-        raise SpecsweepError(f"traffic file {path}: holds no requests")
+        out.append(Request(prompt, response, rec.finish_order, rec.id or f"line{n}"))
     return out
 
 

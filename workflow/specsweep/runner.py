@@ -18,7 +18,16 @@ from typing import Any
 from . import cells, enginehost, inflight, metrics, paths, preflight_checks, provenance, slots, workloads
 from .architectures import tokenizer_path
 from .config import Cell, Study
-from .engine import Engine, encode_prompts, engine_identity, engine_key, resolve_model, token_hash, uses_chat
+from .engine import (
+    Engine,
+    encode_prompts,
+    engine_identity,
+    engine_key,
+    request_max_tokens,
+    resolve_model,
+    token_hash,
+    uses_chat,
+)
 from .errors import SpecsweepError
 from .jsonio import atomic_write_bytes, atomic_write_json, read_json, sha256_obj
 
@@ -381,8 +390,12 @@ def check_workload_fits(
         return "left to the engine"
     template = _chat_template_bytes(tok_dir) if spec.chat_template else 0
     parts = (("prompts", "workload"), ("warmup", "workload warm-up"))
+    # a dataset's prompt needs room for one token (its max_tokens is cut to fit); a chat of several messages
+    # renders the template once per message, past this bound: tokenised
     if template is not None and all(
-        len(it["text"].encode()) + template + SPECIAL_TOKEN_SLACK + it["max_tokens"] <= max_len
+        "messages" not in it
+        and len(it["text"].encode()) + template + SPECIAL_TOKEN_SLACK + (1 if "origin" in it else it["max_tokens"])
+        <= max_len
         for key, _ in parts
         for it in wl[key]
     ):
@@ -405,7 +418,7 @@ def check_workload_fits(
             ids = encode_prompts(tokenizer, wl[key], use_chat)
             preflight_checks.check_prompt_lengths(
                 [len(i) for i in ids],
-                [it["max_tokens"] for it in wl[key]],
+                request_max_tokens(tokenizer, wl[key], ids, max_len),
                 max_len,
                 f"{what} {cell.workload} on model {cell.model}",
             )

@@ -1,6 +1,7 @@
-"""Deterministic workloads: sonnet, chat, code and their mixes, written as JSON with a content hash.
+"""Deterministic workloads: sonnet, chat, code, a dataset file's prompts and their mixes, written as JSON with
+a content hash.
 
-The same config, seed and corpus always give byte-identical files.
+The same config, seed, corpus and dataset files always give byte-identical files.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from .config import WorkloadSpec
+from .config import MAX_WORKLOAD_CHARS, WorkloadSpec
+from .datasets import Record
 from .errors import SpecsweepError
 from .jsonio import atomic_write_json, read_json, sha256_obj
 
@@ -107,7 +109,48 @@ def code_prompt(rng: random.Random, spec: WorkloadSpec) -> str:
     return CODE_INSTRUCTION + "\n\n```python\n" + "\n\n\n".join(blocks) + "\n```"
 
 
-def _base_prompts(spec: WorkloadSpec, lines: list[str], rng: random.Random, n: int) -> list[dict[str, Any]]:
+def dataset_prompts(
+    spec: WorkloadSpec, records: list[Record], source: str, seed: int, purpose: str, n: int
+) -> list[dict[str, Any]]:
+    """n prompts of a dataset file, drawn without replacement in the order a seeded permutation of its records
+    gives (the same for every purpose): timed prompts from its front, warm-up prompts from its back, so the two
+    never share a record while the file holds enough of them (build checks it).
+
+    A prompt's max_tokens is the workload's, or below it the line's own (max_tokens, output_tokens) or its
+    recorded response's length: response token ids are counted here, a response given as text is kept for
+    the engine to count with the model's tokenizer (engine.request_max_tokens), which also cuts max_tokens to
+    what max_model_len leaves after the prompt."""
+    if n > len(records):
+        raise SpecsweepError(
+            f"dataset {source}: holds {len(records)} prompts, workload '{spec.name}' draws {n} {purpose} prompts"
+        )
+    order = list(range(len(records)))
+    rng_for(seed, spec.name, "dataset").shuffle(order)
+    if purpose == "warmup":
+        order.reverse()
+    out = []
+    for i in order[:n]:
+        rec = records[i]
+        item: dict[str, Any] = {"kind": spec.kind, "source": spec.name, "max_tokens": spec.max_tokens}
+        item["text"] = rec.text
+        if rec.messages is not None:
+            item["messages"] = [dict(m) for m in rec.messages]
+        own = rec.max_tokens or (len(rec.response_token_ids) if rec.response_token_ids else None)
+        if own is not None:
+            item["max_tokens"] = min(spec.max_tokens, own)
+        elif rec.response is not None:
+            item["response"] = rec.response
+        item["origin"] = f"{source}: line {rec.line}"
+        out.append(item)
+    return out
+
+
+def _base_prompts(
+    spec: WorkloadSpec, lines: list[str], rng: random.Random, n: int, data: Any = None
+) -> list[dict[str, Any]]:
+    if spec.kind == "dataset":
+        records, source, seed, purpose = data[spec.name]
+        return dataset_prompts(spec, records, source, seed, purpose, n)
     out = []
     for _ in range(n):
         item: dict[str, Any] = {"kind": spec.kind, "source": spec.name, "max_tokens": spec.max_tokens}
@@ -134,25 +177,65 @@ def split_counts(parts: tuple[tuple[str, float], ...], n: int) -> dict[str, int]
     return counts
 
 
-def _prompts(specs: dict[str, WorkloadSpec], name: str, lines: list[str], seed: int, purpose: str, n: int):
+def _prompts(
+    specs: dict[str, WorkloadSpec],
+    name: str,
+    lines: list[str],
+    seed: int,
+    purpose: str,
+    n: int,
+    datasets: dict[str, tuple[list[Record], str]],
+):
     spec = specs[name]
     rng = rng_for(seed, name, purpose)
+    data = {k: (recs, src, seed, purpose) for k, (recs, src) in datasets.items()}
     if spec.kind != "mix":
-        return _base_prompts(spec, lines, rng, n)
+        return _base_prompts(spec, lines, rng, n, data)
     items: list[dict[str, Any]] = []
     for part, count in split_counts(spec.parts, n).items():
-        items += _base_prompts(specs[part], lines, rng_for(seed, name, purpose, part), count)
+        items += _base_prompts(specs[part], lines, rng_for(seed, name, purpose, part), count, data)
     rng.shuffle(items)
     return items
 
 
-def build(
-    specs: dict[str, WorkloadSpec], name: str, lines: list[str], seed: int, warmup: int, corpus_sha256: str
-) -> dict[str, Any]:
-    """The workload document for `name`: prompts, untimed warm-up prompts, provenance and content hash."""
+def needs_datasets(specs: dict[str, WorkloadSpec], name: str) -> list[str]:
+    """The workloads of kind dataset whose files `name` draws from (itself, or a mix's parts)."""
     spec = specs[name]
-    prompts = _prompts(specs, name, lines, seed, "timed", spec.num_prompts)
-    warm = _prompts(specs, name, lines, seed, "warmup", warmup)
+    names = [p for p, _ in spec.parts] if spec.kind == "mix" else [name]
+    return [n for n in names if specs[n].kind == "dataset"]
+
+
+def build(
+    specs: dict[str, WorkloadSpec],
+    name: str,
+    lines: list[str],
+    seed: int,
+    warmup: int,
+    corpus_sha256: str,
+    datasets: dict[str, tuple[list[Record], str]] | None = None,
+) -> dict[str, Any]:
+    """The workload document for `name`: prompts, untimed warm-up prompts, provenance and content hash.
+    `datasets`: for each workload of kind dataset it draws from, the file's records and its name in errors."""
+    spec = specs[name]
+    datasets = datasets or {}
+    missing = [n for n in needs_datasets(specs, name) if n not in datasets]
+    if missing:
+        raise SpecsweepError(f"workload {name}: the records of dataset workload '{missing[0]}' were not given")
+    prompts = _prompts(specs, name, lines, seed, "timed", spec.num_prompts, datasets)
+    warm = _prompts(specs, name, lines, seed, "warmup", warmup, datasets)
+    shared = {p["origin"] for p in prompts if "origin" in p} & {p["origin"] for p in warm if "origin" in p}
+    if shared:
+        first = min(shared)
+        raise SpecsweepError(
+            f"dataset {first.rsplit(': line ', 1)[0]}: too few prompts for {len(prompts)} timed and {warmup} warm-up "
+            f"prompts drawn without replacement ({first} would be both); fewer prompts or a larger file"
+        )
+    chars = sum(len(p["text"]) + len(p.get("response", "")) for p in prompts + warm)
+    if chars > MAX_WORKLOAD_CHARS:
+        raise SpecsweepError(
+            f"workload {name}: {chars // 2**20} MiB of prompt text, at most {MAX_WORKLOAD_CHARS // 2**20} MiB: "
+            "fewer prompts or shorter ones"
+        )
     for i, p in enumerate(prompts):
         p["id"] = i
     for i, p in enumerate(warm):
@@ -162,7 +245,8 @@ def build(
         "name": name,
         "kind": spec.kind,
         "seed": seed,
-        "spec": {k: v for k, v in spec.__dict__.items() if k != "parts"} | {"parts": dict(spec.parts)},
+        "spec": {k: v for k, v in spec.__dict__.items() if k != "parts" and not (k == "dataset" and v is None)}
+        | {"parts": dict(spec.parts)},
         "corpus_sha256": corpus_sha256,
         "prompts": prompts,
         "warmup": warm,

