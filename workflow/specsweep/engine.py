@@ -171,6 +171,33 @@ def reset_caches(llm: Any, speculative_method: str | None) -> dict[str, Any]:
     return {"done": list(RESETS), "suffix_responses_evicted": evicted, "reset_s": time.perf_counter() - t0}
 
 
+#: The prefix-cache salt of a repeated prompt in cycle c >= 1 of a pass (vLLM hashes a request's cache_salt into
+#: its first KV block's key, so no block of an earlier cycle, nor of another cycle, serves it).
+CYCLE_SALT = "specsweep-cycle-{cycle}"
+
+
+def pool_prompt(tokens_prompt: Any, ids: list[int], cycle: int) -> Any:
+    """A pool prompt as request of cycle `cycle` of a pass: the first cycle as it is, a repeat with its cycle's
+    cache salt, so the prefix cache cannot turn it into a cheaper request than its first run."""
+    if cycle == 0:
+        return tokens_prompt(prompt_token_ids=ids)
+    return tokens_prompt(prompt_token_ids=ids, cache_salt=CYCLE_SALT.format(cycle=cycle))
+
+
+def pool_record(pool: int, requests: int, min_s: float | None, min_tok: int | None) -> dict[str, Any]:
+    """What a pass at b ran: whole cycles over the workload's prompt pool in file order (each prompt equally
+    often, at every b), the repeats salted against the prefix cache, and the pass minimums it was sized by."""
+    return {
+        "prompts": pool,
+        "cycles": requests // pool,
+        "requests": requests,
+        "order": "the workload's prompts in file order, cycled; request j is prompt j mod prompts",
+        "repeat_salt": CYCLE_SALT if requests > pool else None,
+        "min_pass_seconds": min_s,
+        "min_pass_output_tokens": min_tok,
+    }
+
+
 class Engine:
     """One vLLM engine for one (model, ladder step, repeat); measures workloads one after another."""
 
@@ -210,7 +237,8 @@ class Engine:
 
     def measure(self, cell: Cell, workload_path: Path) -> dict[str, Any]:
         """Reset, warm up, time one pass over the workload (all prompts at once, or b in flight for a cell at
-        concurrency b), recording each engine step; then an untimed prefill probe. Returns raw data."""
+        concurrency b: whole cycles over its prompts, repeats salted, until the pass's minimums are met),
+        recording each engine step; then an untimed prefill probe. Returns raw data."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -226,9 +254,7 @@ class Engine:
             )
         llm, sampling = self.llm, self.study.cell_sampling(cell)
         b = cell.concurrency
-        per_slot = self.study.cell_settings(cell)["workload"].get("prompts_per_slot")
-        if b is not None and per_slot is not None:  # config AXIS_KEYS: k requests per slot, not every prompt
-            wl = {**wl, "prompts": wl["prompts"][: min(len(wl["prompts"]), per_slot * b)]}
+        axis = self.study.cell_settings(cell)["workload"]  # config AXIS_KEYS: how a pass at b is sized
         if b is not None:  # the config check knows only a configured max_num_seqs; this is vLLM's own
             limit = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
             if b > limit:
@@ -255,9 +281,10 @@ class Engine:
                 for it in items
             ]  # no per-request seed: the engine's seed makes runs repeatable
 
-        timed_ids = encode_prompts(tokenizer, wl["prompts"], use_chat)
+        pool_ids = encode_prompts(tokenizer, wl["prompts"], use_chat)
+        timed_ids = pool_ids
         warm_ids = encode_prompts(tokenizer, wl["warmup"], use_chat)
-        longest = max(len(i) + it["max_tokens"] for i, it in zip(timed_ids, wl["prompts"], strict=True))
+        longest = max(len(i) + it["max_tokens"] for i, it in zip(pool_ids, wl["prompts"], strict=True))
         max_len = self.identity["kwargs"].get("max_model_len")
         if max_len is not None and longest > max_len:
             raise SpecsweepError(
@@ -275,7 +302,14 @@ class Engine:
             # the timed pass's own responses, as on a fresh engine and as `specsweep replay` assumes
             resets = resets | {"after_warmup": {"suffix_responses_evicted": evict_suffix_responses(llm)}}
 
-        prompts = [TokensPrompt(prompt_token_ids=i) for i in timed_ids]
+        pool_params = params(wl["prompts"])
+
+        def request(j: int) -> tuple[Any, Any]:
+            """Request j of a pass at b: prompt j % P of the pool, in cycle j // P (salted, see pool_prompt)."""
+            cycle, p = divmod(j, len(pool_ids))
+            return pool_prompt(TokensPrompt, pool_ids[p], cycle), pool_params[p]
+
+        min_s, min_tok = axis.get("min_pass_seconds"), axis.get("min_pass_output_tokens")
         before = metrics.snapshot(llm.get_metrics())
         steady: int | None = None
         with (
@@ -283,15 +317,36 @@ class Engine:
             inflight.StepObserver(llm.llm_engine.engine_core) as observer,
             HostCpuMeter() as host_cpu,
         ):
+
+            def more() -> bool:
+                """The pass has not yet met its minimum (min_pass_seconds, min_pass_output_tokens)."""
+                if min_s is not None and time.perf_counter() - t2 < min_s:
+                    return True
+                return min_tok is not None and sum(sum(s.new_tokens.values()) for s in observer.steps) < min_tok
+
             t2 = time.perf_counter()
             if b is None:
-                outs = llm.generate(prompts, params(wl["prompts"]), use_tqdm=False)
+                prompts = [TokensPrompt(prompt_token_ids=i) for i in timed_ids]
+                outs = llm.generate(prompts, pool_params, use_tqdm=False)
             else:
                 outs, _, steady = inflight.run_in_flight(
-                    llm.llm_engine, prompts, params(wl["prompts"]), b, lambda: len(observer.steps)
+                    llm.llm_engine,
+                    request,
+                    len(pool_ids),
+                    b,
+                    min_requests=(axis.get("prompts_per_slot") or 0) * b,
+                    more=more if min_s is not None or min_tok is not None else None,
+                    after_step=lambda: len(observer.steps),
                 )
             gen_wall_s = time.perf_counter() - t2
         d = metrics.delta(before, metrics.snapshot(llm.get_metrics()))
+        n = len(outs)
+        pool: dict[str, Any] | None = None
+        if b is not None:
+            prompts = [request(j)[0] for j in range(n)]
+            timed_ids = [pool_ids[j % len(pool_ids)] for j in range(n)]
+            wl = {**wl, "prompts": [wl["prompts"][j % len(pool_ids)] for j in range(n)]}
+            pool = pool_record(len(pool_ids), n, min_s, min_tok)
         request_ids = [str(o.request_id) for o in outs]
         finish_order = inflight.finish_order_from_steps(observer.steps, request_ids)
 
@@ -302,9 +357,7 @@ class Engine:
             llm.reset_prefix_cache()
             before_p = metrics.snapshot(llm.get_metrics())
             t3 = time.perf_counter()
-            llm.generate(
-                [TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(wl["prompts"], 1), use_tqdm=False
-            )
+            llm.generate(prompts, params(wl["prompts"], 1), use_tqdm=False)
             prefill = {
                 "probe_s": time.perf_counter() - t3,
                 "probe_steps": metrics.delta(before_p, metrics.snapshot(llm.get_metrics()))["steps"],
@@ -329,6 +382,7 @@ class Engine:
             "resets": resets,
             "effective": effective_settings(llm),
             "concurrency": inflight.concurrency_block(observer.steps, b, steady),
+            "pool": pool,
             "gen_steps": inflight.gen_steps(observer.steps, request_ids),
             "finish_order": finish_order,
             "decode": inflight.decode_phase(observer.steps),
