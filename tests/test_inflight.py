@@ -83,6 +83,23 @@ def test_a_pass_at_b_runs_whole_cycles_of_the_same_pool(b, per_slot, cycles):
     assert max(eng.held) == b
 
 
+def test_repeats_are_announced_before_they_are_added():
+    """on_repeats (the suffix decoder's eviction of a repeat's earlier runs) sees each repeat once, before the
+    engine holds it, with the requests then in flight."""
+    lengths = [2, 3, 1]
+    eng = CountingEngine(lengths)
+    calls: list[tuple[list[int], set[int]]] = []
+
+    def on_repeats(js: list[int], in_flight: set[int]) -> None:
+        assert not {f"cc{j}" for j in js} & set(eng.running)  # not added yet
+        assert in_flight == {int(r.removeprefix("cc")) for r in eng.running}
+        calls.append((js, in_flight))
+
+    outs, _, _ = inflight.run_in_flight(eng, _pool(3), 3, 2, min_requests=9, on_repeats=on_repeats)
+    assert len(outs) == 9
+    assert sorted(j for js, _ in calls for j in js) == list(range(3, 9))  # every repeat once, no first run
+
+
 def test_a_pass_adds_cycles_until_its_minimum_is_met():
     lengths = [2, 3, 1, 2]
     eng = CountingEngine(lengths)

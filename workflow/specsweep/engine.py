@@ -155,6 +155,19 @@ def _evict_suffix_cache(worker: Any) -> int:
     return len(cached)
 
 
+def _evict_suffix_requests(worker: Any, request_ids: list[str]) -> int:
+    """Runs on each worker: drop the suffix decoder's cached responses of these requests (external ids)."""
+    runner = getattr(worker, "model_runner", None)
+    cache = getattr(getattr(runner, "drafter", None), "suffix_cache", None)
+    if cache is None:
+        return 0
+    wanted = set(request_ids)
+    drop = [r for r in list(cache.cached_requests) if inflight.external_id(str(r)) in wanted]
+    for req_id in drop:
+        cache.evict_cached_response(req_id)
+    return len(drop)
+
+
 def evict_suffix_responses(llm: Any) -> int:
     """Empty the suffix decoder's global response cache on every worker; the number of responses evicted."""
     return sum(int(n or 0) for n in llm.collective_rpc(_evict_suffix_cache))
@@ -310,6 +323,20 @@ class Engine:
             return pool_prompt(TokensPrompt, pool_ids[p], cycle), pool_params[p]
 
         min_s, min_tok = axis.get("min_pass_seconds"), axis.get("min_pass_output_tokens")
+        size = len(pool_ids)
+        repeats: dict[str, Any] = {"repeats": 0, "earlier_in_flight": 0, "evicted": 0, "evict_s": 0.0}
+
+        def forget_earlier_runs(js: list[int], in_flight: set[int]) -> None:
+            """Before repeats are added: the suffix decoder's response cache drops the earlier runs of their
+            prompts (a repeat would otherwise be drafted from its own earlier answer); timed, recorded."""
+            t = time.perf_counter()
+            earlier = {j: range(j % size, j, size) for j in js}
+            ids = [f"{inflight.REQUEST_PREFIX}{k}" for ks in earlier.values() for k in ks]
+            repeats["repeats"] += len(js)
+            repeats["earlier_in_flight"] += sum(1 for ks in earlier.values() if any(k in in_flight for k in ks))
+            repeats["evicted"] += sum(int(n or 0) for n in llm.collective_rpc(_evict_suffix_requests, args=(ids,)))
+            repeats["evict_s"] += time.perf_counter() - t
+
         before = metrics.snapshot(llm.get_metrics())
         steady: int | None = None
         with (
@@ -337,6 +364,7 @@ class Engine:
                     min_requests=(axis.get("prompts_per_slot") or 0) * b,
                     more=more if min_s is not None or min_tok is not None else None,
                     after_step=lambda: len(observer.steps),
+                    on_repeats=forget_earlier_runs if method == "suffix" else None,
                 )
             gen_wall_s = time.perf_counter() - t2
         d = metrics.delta(before, metrics.snapshot(llm.get_metrics()))
@@ -346,7 +374,9 @@ class Engine:
             prompts = [request(j)[0] for j in range(n)]
             timed_ids = [pool_ids[j % len(pool_ids)] for j in range(n)]
             wl = {**wl, "prompts": [wl["prompts"][j % len(pool_ids)] for j in range(n)]}
-            pool = pool_record(len(pool_ids), n, min_s, min_tok)
+            pool = pool_record(len(pool_ids), n, min_s, min_tok) | {
+                "suffix_cache": repeats if method == "suffix" else None
+            }
         request_ids = [str(o.request_id) for o in outs]
         finish_order = inflight.finish_order_from_steps(observer.steps, request_ids)
 

@@ -136,6 +136,7 @@ def run_in_flight(
     min_requests: int = 0,
     more: Callable[[], bool] | None = None,
     after_step: Callable[[], int] | None = None,
+    on_repeats: Callable[[list[int], set[int]], None] | None = None,
 ) -> tuple[list[Any], list[int], int | None]:
     """Keep b requests in flight over whole cycles of a prompt pool of `pool` prompts: request j is prompt
     j % pool of cycle j // pool (`request(j)` gives its prompt and sampling parameters). The pass plans
@@ -143,7 +144,8 @@ def run_in_flight(
     (if given) is asked whether the pass has met its minimum, and while it has not, one more cycle is planned.
     Returns (the finished outputs in request order, the request indices in the order they finished, the number
     of steps `after_step` counted when a slot first freed that no request refilled: the refilled part, where b
-    were in flight; after it the drain)."""
+    were in flight; after it the drain). `on_repeats(js, in_flight)` is called before repeats (requests of
+    cycle >= 1) are added, once per refill, with their indices and the requests then in flight."""
     if not 1 <= b <= pool:
         raise SpecsweepError(f"concurrency {b}: needs 1 <= b <= {pool} (the prompts of the pool)")
     planned = pool_requests(pool, b, min_requests)
@@ -156,19 +158,25 @@ def run_in_flight(
 
     def fill() -> None:
         nonlocal steady, planned, added, stopped
-        while not stopped and len(in_flight) < b:
-            if added == planned:
+        batch: list[int] = []
+        while not stopped and len(in_flight) + len(batch) < b:
+            if added + len(batch) == planned:
                 if more is not None and more():
                     planned += pool
                     continue
                 # a slot is free and stays free: the refilled part ends here, the drain begins
                 stopped = True
                 steady = after_step() if after_step is not None else None
-                return
-            prompt, params = request(added)
-            engine.add_request(f"{REQUEST_PREFIX}{added}", prompt, params)
-            in_flight.add(added)
-            added += 1
+                break
+            batch.append(added + len(batch))
+        repeats = [j for j in batch if j >= pool]
+        if repeats and on_repeats is not None:
+            on_repeats(repeats, set(in_flight))
+        for j in batch:
+            prompt, params = request(j)
+            engine.add_request(f"{REQUEST_PREFIX}{j}", prompt, params)
+            in_flight.add(j)
+        added += len(batch)
 
     fill()
     while in_flight:
