@@ -299,9 +299,11 @@ def tiny_run(tmp_path_factory, smollm2) -> dict:
 
 
 #: The concurrency run's code workload (tests/test_concurrency.py, tests/test_concurrency_run.py): measured at the
-#: article's point (all prompts at once) and at b = 1 and 4, each b timing the first min(prompts, per slot x b)
-#: prompts, every request CONC_MAX_TOKENS steps long (sampling ignore_eos).
-CONC_PROMPTS, CONC_MAX_TOKENS, CONC_PER_SLOT, CONC_BS = 6, 8, 4, (1, 4)
+#: article's point (all prompts at once) and at b = 1 and 8, each b timing whole cycles of the CONC_PROMPTS
+#: prompts, at least per slot x b requests and at least CONC_MIN_TOKENS output tokens (so 2 cycles at both b),
+#: every request CONC_MAX_TOKENS steps long (sampling ignore_eos).
+CONC_PROMPTS, CONC_MAX_TOKENS, CONC_PER_SLOT, CONC_BS = 8, 8, 2, (1, 8)
+CONC_MIN_TOKENS = 2 * CONC_PROMPTS * CONC_MAX_TOKENS
 
 
 def _build_conc(work: Path, model: Path, sonnet: Path, env: dict | None = None) -> dict:
@@ -326,6 +328,7 @@ def _build_conc(work: Path, model: Path, sonnet: Path, env: dict | None = None) 
                 "comment_lines": 3,
                 "concurrency": list(CONC_BS),
                 "prompts_per_slot": CONC_PER_SLOT,
+                "min_pass_output_tokens": CONC_MIN_TOKENS,
             }
         },
         "ladder": {k: v for k, v in smoke["ladder"].items() if k in ("vanilla", "ngram")},
@@ -359,9 +362,9 @@ def _build_conc(work: Path, model: Path, sonnet: Path, env: dict | None = None) 
 
 @pytest.fixture(scope="session")
 def conc_run(tmp_path_factory, smollm2) -> dict:
-    """One real concurrency run for both concurrency test files: code at b = 1, 4 and all at once, vanilla and
+    """One real concurrency run for both concurrency test files: code at b = 1, 8 and all at once, vanilla and
     ngram, 2 repeats (4 engine starts). Vanilla's repeat-1 cells are asked for first, alone and in the order
-    code, code@b1, code@b4 (one engine measures them, in that order); then the whole run (the other 3 engines,
+    code, code@b1, code@b8 (one engine measures them, in that order); then the whole run (the other 3 engines,
     the tables, the figures)."""
     return _run(
         "conc_run", tmp_path_factory, lambda: _build_conc(tmp_path_factory.mktemp("conc"), smollm2, sonnet_path())

@@ -5,6 +5,7 @@ drafter's b* case, claims.md decides C9, and figure 9 renders, byte-identical tw
 
 from __future__ import annotations
 
+import json
 import re
 
 import pyarrow.parquet as pq
@@ -28,8 +29,7 @@ def test_speedups_pair_like_with_like_at_each_concurrency(conc_run):
     sp = pq.read_table(t / "speedup.parquet").to_pylist()
     assert sorted((c["workload"], c["concurrency"] or 0) for c in cells if c["config"] == "ngram") == [
         ("code", 0),
-        ("code@b1", 1),
-        ("code@b4", 4),
+        *((f"code@b{b}", b) for b in BS),
     ]
     assert all(c["status"] == "ok" and c["n"] == 2 for c in cells)
     for s in sp:
@@ -57,7 +57,26 @@ def test_crossover_claim_and_readme_of_a_real_run(conc_run):
     assert "Against vanilla at the same concurrency b" in readme and f"{MODEL}/code/ngram" in readme
     summary = (t / "summary.md").read_text()
     assert "## Crossover" in summary
-    # the host CPU sentence names a pass by its cell's own name (`code@b4`, never `code@b4@b4`)
+    # each cell at b shows its occupancy (every pass held at least 90 % of b), the others a dash
+    assert "| b | TPOT ms | occupancy | n |" in summary and "not recorded" not in summary and "(low)" not in summary
+    table = summary.split("## Crossover")[0]
+    rows = [line for line in table.splitlines() if line.startswith(f"| {MODEL} | code")]
+    assert len(rows) == 2 * (1 + len(BS))
+    for line in rows:
+        cols = [c.strip() for c in line.split("|")]
+        b, occ = cols[4], cols[6]
+        assert (occ == "–") if b == "–" else (occ.endswith(" %") and int(occ.removesuffix(" %")) >= 90), line
+    # the engine-holding seconds per decided cell
+    gt = json.loads((t / "gpu_time.json").read_text())
+    assert gt["decided_cells"] == sum(
+        1
+        for s in pq.read_table(t / "speedup.parquet").to_pylist()
+        if s["verdict"].split(" ")[0] in ("faster", "slower", "equivalent")
+    )
+    assert gt["gpu_s_per_decided_cell"] == (
+        round(gt["total_s"] / gt["decided_cells"], 3) if gt["decided_cells"] else None
+    )
+    # the host CPU sentence names a pass by its cell's own name (`code@b8`, never `code@b8@b8`)
     (host,) = [line for line in summary.splitlines() if line.startswith("Host CPU during the timed passes")]
     assert re.search(rf"\(largest: {MODEL}/code(@b(?:{'|'.join(map(str, BS))}))?/(vanilla|ngram) r[12]\)", host), host
 

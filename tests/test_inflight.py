@@ -42,29 +42,89 @@ class CountingEngine:
         return [SimpleNamespace(request_id=rid, finished=True) for rid in done]
 
 
+def _pool(n: int):
+    """request(j) of a pool of n prompts: prompt j mod n (its name is its index into the engine's lengths)."""
+    return lambda j: (str(j % n), None)
+
+
 @pytest.mark.parametrize("b", [1, 2, 3, 7])
 def test_run_in_flight_holds_b_until_the_prompts_run_out(b):
     lengths = [3, 1, 4, 1, 5, 2, 6]
     eng = CountingEngine(lengths)
     outs, order, steady = inflight.run_in_flight(
-        eng, [str(i) for i in range(len(lengths))], [None] * len(lengths), b, lambda: len(eng.held)
+        eng, _pool(len(lengths)), len(lengths), b, after_step=lambda: len(eng.held)
     )
-    assert [int(o.request_id.removeprefix("cc")) for o in outs] == list(range(len(lengths)))  # prompt order
+    assert [int(o.request_id.removeprefix("cc")) for o in outs] == list(range(len(lengths)))  # request order
     assert sorted(order) == list(range(len(lengths)))
     assert max(eng.held) == b
     assert steady is not None
-    assert eng.held[:steady] == [b] * steady  # exactly b while prompts were left to add
+    assert eng.held[:steady] == [b] * steady  # exactly b while requests were left to add
     assert eng.held[steady:] == sorted(eng.held[steady:], reverse=True)  # then the drain
     assert sum(eng.held) == sum(lengths)  # every request ran all its steps, none twice
     if b == 1:
         assert order == list(range(len(lengths)))
 
 
+@pytest.mark.parametrize(("b", "per_slot", "cycles"), [(1, 4, 2), (2, 4, 3), (3, 1, 1), (3, 2, 2)])
+def test_a_pass_at_b_runs_whole_cycles_of_the_same_pool(b, per_slot, cycles):
+    """At every b the pass runs the pool's prompts equally often, in pool order, at least per_slot x b requests."""
+    lengths = [2, 3, 1]
+    eng = CountingEngine(lengths)
+    seen: list[str] = []
+
+    def request(j: int) -> tuple[str, None]:
+        seen.append(str(j % len(lengths)))
+        return seen[-1], None
+
+    outs, order, steady = inflight.run_in_flight(eng, request, len(lengths), b, min_requests=per_slot * b)
+    assert inflight.pool_requests(len(lengths), b, per_slot * b) == len(outs) == cycles * len(lengths)
+    assert seen == ["0", "1", "2"] * cycles  # the pool in its order, cycle after cycle
+    assert sum(eng.held) == cycles * sum(lengths)
+    assert max(eng.held) == b
+
+
+def test_repeats_are_announced_before_they_are_added():
+    """on_repeats (the suffix decoder's eviction of a repeat's earlier runs) sees each repeat once, before the
+    engine holds it, with the requests then in flight."""
+    lengths = [2, 3, 1]
+    eng = CountingEngine(lengths)
+    calls: list[tuple[list[int], set[int]]] = []
+
+    def on_repeats(js: list[int], in_flight: set[int]) -> None:
+        assert not {f"cc{j}" for j in js} & set(eng.running)  # not added yet
+        assert in_flight == {int(r.removeprefix("cc")) for r in eng.running}
+        calls.append((js, in_flight))
+
+    outs, _, _ = inflight.run_in_flight(eng, _pool(3), 3, 2, min_requests=9, on_repeats=on_repeats)
+    assert len(outs) == 9
+    assert sorted(j for js, _ in calls for j in js) == list(range(3, 9))  # every repeat once, no first run
+
+
+def test_a_pass_adds_cycles_until_its_minimum_is_met():
+    lengths = [2, 3, 1, 2]
+    eng = CountingEngine(lengths)
+    asked: list[int] = []
+
+    def more() -> bool:  # the minimum: 20 engine steps
+        asked.append(len(eng.held))
+        return len(eng.held) < 20
+
+    outs, _, steady = inflight.run_in_flight(eng, _pool(4), 4, 2, more=more, after_step=lambda: len(eng.held))
+    assert len(outs) % 4 == 0  # whole cycles only
+    # asked when a cycle's last request was added and a slot freed; it stopped at the first answer "met"
+    assert asked[-1] >= 20 and all(n < 20 for n in asked[:-1])
+    assert steady == asked[-1] and eng.held[:steady] == [2] * steady
+    # a minimum already met after the first cycle adds none
+    eng2 = CountingEngine(lengths)
+    outs2, _, _ = inflight.run_in_flight(eng2, _pool(4), 4, 2, more=lambda: False)
+    assert len(outs2) == 4
+
+
 def test_run_in_flight_refuses_impossible_b_and_a_lost_request():
     with pytest.raises(SpecsweepError, match="needs 1 <= b <= 2"):
-        inflight.run_in_flight(CountingEngine([1, 1]), ["0", "1"], [None, None], 3)
+        inflight.run_in_flight(CountingEngine([1, 1]), _pool(2), 2, 3)
     with pytest.raises(SpecsweepError, match="needs 1 <= b <= 2"):
-        inflight.run_in_flight(CountingEngine([1, 1]), ["0", "1"], [None, None], 0)
+        inflight.run_in_flight(CountingEngine([1, 1]), _pool(2), 2, 0)
 
     class Silent(CountingEngine):
         def step(self) -> list[SimpleNamespace]:
@@ -72,7 +132,7 @@ def test_run_in_flight_refuses_impossible_b_and_a_lost_request():
             return []
 
     with pytest.raises(SpecsweepError, match="2 requests in flight never finished"):
-        inflight.run_in_flight(Silent([1, 1]), ["0", "1"], [None, None], 2)
+        inflight.run_in_flight(Silent([1, 1]), _pool(2), 2, 2)
 
 
 def _rec(ts, running, finished=(), new=None, waiting=0):
@@ -94,6 +154,11 @@ def test_concurrency_block_counts_the_requests_a_step_finished():
     assert block["mean_running_all"] == pytest.approx((2 + 2 + 2 + 2 + 1) / 5)
     everything = inflight.concurrency_block(steps, None, None)
     assert everything["steady_steps"] == 5 and everything["mean_running"] == everything["mean_running_all"]
+    # occupancy over the whole timed pass (the drain included), only for a cell at b
+    occ = block["occupancy"]
+    assert occ["mean"] == pytest.approx(9 / 5) and occ["share"] == pytest.approx(9 / 10)
+    assert (occ["min"], occ["min_refilled"], occ["drain_steps"]) == (1, 2, 2)
+    assert everything["occupancy"] is None
 
 
 def test_gen_steps_finish_order_and_decode_phase():

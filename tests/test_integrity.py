@@ -1397,3 +1397,20 @@ def test_figures_and_validate_refuse_another_runs_tables(tmp_path, monkeypatch, 
         f"specsweep: error: tables {tables}: the tables of run 'h200-smollm2', not of run '{run}'"
     )
     assert not (tmp_path / "v").exists()
+
+
+def test_a_pass_at_b_is_whole_cycles_of_its_pool():
+    """A committed cell at b (the first k x b = 16 of 256 prompts, from before the pool record) stays valid;
+    the same cell claiming a pool record it does not fit is refused in one line naming the record."""
+    path = ROOT / "results/h200-concurrency/cells/llama-3.1-8b-dummy/code-greedy@b4/vanilla/r1.json"
+    doc = json.loads(path.read_text())
+    cells.validate(doc, "c")
+    doc["dataset"]["pool"] = {"prompts": 256, "cycles": 1, "requests": 256}
+    assert refused(cells.validate, doc, "c") == (
+        "cell c: dataset.prompts is 16, not whole cycles of the pool of 256 prompts covering at least 16 requests "
+        "(dataset.pool: 1 cycles, 256 requests)"
+    )
+    doc["dataset"]["pool"] = {"prompts": 8, "cycles": 2, "requests": 16}
+    assert refused(cells.validate, doc, "c") == (
+        "cell c: dataset.pool.prompts is 8, but settings.workload.num_prompts is 256"
+    )

@@ -368,3 +368,45 @@ def test_suffix_drafts_stop_at_12_tokens_at_vllms_defaults() -> None:
             raised.append(last)
     assert len(at_defaults) >= 100 and at_defaults.count(12) > len(at_defaults) // 2
     assert raised and max(raised) > 12
+
+
+def test_cells_at_b_show_their_occupancy_flag_a_low_one_or_say_it_was_not_recorded(monkeypatch):
+    """The committed 32B concurrency cells predate the occupancy record: the summary says so and draws no
+    column. With an occupancy put on their measurement rows (one ngram pass at 62 % of b, one cell's passes
+    without a record), the summary shows each cell's lowest pass, flags the low one and every verdict it enters,
+    and says "not recorded" where a pass lacks it; gpu_time counts the decided cells."""
+    from specsweep import tables
+
+    monkeypatch.chdir(ROOT)
+    study = load_study("config/h200-concurrency-32b.yaml")
+    rows, docs, _ = tables.load_measurements(study, Path("results"))
+
+    def render() -> tuple[str, list[dict]]:
+        crow = tables.cell_rows(study, rows, docs, False, [])
+        sp = tables.speedup_rows(study, rows, crow, docs, False, [])
+        return tables.summary_markdown(study, crow, sp, tables.gpu_time(study, rows, docs, sp)), sp
+
+    text, sp = render()
+    assert "Occupancy not recorded" in text and "occupancy |" not in text
+    gt = tables.gpu_time(study, rows, docs, sp)
+    decided = [s for s in sp if s["verdict"].split(" ")[0] in ("faster", "slower", "equivalent")]
+    assert gt["decided_cells"] == len(decided) > 0
+    assert gt["gpu_s_per_decided_cell"] == pytest.approx(gt["total_s"] / len(decided), abs=1e-3)
+
+    ok = [r for r in rows if r["status"] == "ok" and r["concurrency"] is not None]
+    low = next(r for r in ok if (r["workload"], r["config"]) == ("code-greedy@b256", "ngram"))
+    unrecorded = ("code-t1@b1", "suffix")
+    for r in ok:
+        r |= {"_occupancy_recorded": (r["workload"], r["config"]) != unrecorded, "_occupancy": 0.97}
+    low["_occupancy"] = 0.62
+    text, _ = render()
+    assert "| b | TPOT ms | occupancy | n |" in text
+    lines = {tuple(c.strip() for c in line.split("|")[2:4]): line for line in text.splitlines() if "| code-" in line}
+    assert "| 62 % (low) |" in lines[("code-greedy@b256", "ngram")]
+    assert "(occupancy below 90 % of b)" in lines[("code-greedy@b256", "ngram")]
+    assert "| not recorded |" in lines[unrecorded]
+    others = [v for k, v in lines.items() if k not in (("code-greedy@b256", "ngram"), unrecorded)]
+    assert others and all("| 97 % |" in v and "occupancy below" not in v for v in others)
+    assert "Below 90 % of b: 32b/code-greedy@b256/ngram at concurrency 256." in text.replace(
+        study.raw["headline_model"], "32b"
+    )

@@ -170,7 +170,19 @@ def _check(doc: dict[str, Any], fail: Fail) -> None:
     prompts = doc["dataset"]["prompts"]
     wanted = settings["workload"]["num_prompts"]
     b, per_slot = settings["workload"].get("concurrency"), settings["workload"].get("prompts_per_slot")
-    if b is not None and per_slot is not None:  # config.AXIS_KEYS: the first k * b prompts are timed
+    pool = doc["dataset"].get("pool")
+    if pool is not None:  # a pass at b: whole cycles over the pool of num_prompts prompts (engine.pool_record)
+        if pool["prompts"] != wanted:
+            fail(f"dataset.pool.prompts is {pool['prompts']}, but settings.workload.num_prompts is {wanted}")
+        least = max(b or 1, (per_slot or 0) * (b or 1))
+        if not prompts == pool["requests"] == pool["prompts"] * pool["cycles"] or prompts < least:
+            fail(
+                f"dataset.prompts is {prompts}, not whole cycles of the pool of {pool['prompts']} prompts "
+                f"covering at least {least} requests (dataset.pool: {pool['cycles']} cycles, "
+                f"{pool['requests']} requests)"
+            )
+        wanted = prompts
+    elif b is not None and per_slot is not None:  # cells before the pool record: the first k * b prompts
         wanted = min(wanted, per_slot * b)
     if prompts != wanted:
         fail(f"dataset.prompts is {prompts}, but settings.workload.num_prompts is {wanted} (a stale workload file?)")

@@ -53,11 +53,14 @@ class ModelSpec:
 #: Model keys added after cells were first recorded: left out of a cell's settings while unset, so adding
 #: them does not make every earlier cell stale.
 _LATER_MODEL_KEYS = frozenset({"max_model_len", "quantization"})
+#: How long a pass at b runs at least (config `workloads.<name>.min_pass_seconds`, `min_pass_output_tokens`):
+#: whole cycles over the prompt pool are added until the pass has met both (see inflight.run_in_flight).
+PASS_MINIMUM_KEYS = ("min_pass_seconds", "min_pass_output_tokens")
 #: A workload's keys of the concurrency axis: they make neither its prompts nor its default cells (those of all
 #: prompts at once), so they stay out of its workload file and of those cells' settings. `prompts_per_slot` k:
-#: a cell at b times the first min(num_prompts, k * b) prompts, so that a sweep from b = 1 to the hundreds
-#: keeps each slot busy for k requests instead of timing every prompt one at a time at b = 1.
-AXIS_KEYS = frozenset({"concurrency", "prompts_per_slot"})
+#: a cell at b times at least k * b requests, whole cycles over the workload's prompts (the same prompts, each
+#: equally often, at every b), so that every slot serves at least k requests.
+AXIS_KEYS = frozenset({"concurrency", "prompts_per_slot", *PASS_MINIMUM_KEYS})
 
 
 @dataclass(frozen=True)
@@ -341,9 +344,10 @@ class Study:
         workload = self.workload_raw(cell.base_workload)
         if cell.concurrency is not None:
             workload["concurrency"] = cell.concurrency
-            per_slot = self.raw["workloads"][cell.base_workload].get("prompts_per_slot")
-            if per_slot is not None:
-                workload["prompts_per_slot"] = per_slot
+            for key in ("prompts_per_slot", *PASS_MINIMUM_KEYS):  # only where set: older cells keep their hash
+                value = self.raw["workloads"][cell.base_workload].get(key)
+                if value is not None:
+                    workload[key] = value
         extra = self.suffix_cache_setting(cell) | self.draft_setting(cell)
         return {
             "model": {k: v for k, v in model.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)},

