@@ -1153,12 +1153,12 @@ def test_a_missing_archive_is_said_and_recorded(tmp_path, monkeypatch, capsys):
         "h200-smollm2 were edited since specsweep wrote them could not be checked"
     )
     monkeypatch.chdir(tmp_path)
-    config = str(ROOT / "config" / "h200.yaml")
+    config = str(ROOT / "results" / "h200-smollm2" / "config.yaml")
     assert cli.main(["tables", "--config", config, "--results", str(results), "--out", "t"]) == 0
     assert capsys.readouterr().err == f"specsweep: could not check: {line}\n"
     meta = pq.read_schema(tmp_path / "t" / "cells.parquet").metadata
     assert json.loads(meta[b"specsweep.unchecked"]) == [line]
-    study = load_study(ROOT / "config" / "h200.yaml")
+    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
     doc = status.progress(study, results)
     assert doc["outputs"]["unchecked"] == [line]
     assert f"could not check:\n  {line}" in status.render(doc)
@@ -1315,7 +1315,7 @@ def test_snakemake_rebuilds_damaged_or_unmanifested_tables(tmp_path):
     tables = tmp_path / "results" / run / "tables"
 
     def planned() -> str:
-        args = ("-n", "--configfile", str(ROOT / "config" / f"{run}.yaml"), "--cores", "1")
+        args = ("-n", "--configfile", str(ROOT / "results" / run / "config.yaml"), "--cores", "1")
         proc = snakemake(tmp_path, *args, "--allowed-rules", "tables", "render_figures", timeout=600)
         return proc.stdout + proc.stderr
 
@@ -1344,10 +1344,18 @@ def test_tables_without_their_manifest_are_said_unchecked(tmp_path, monkeypatch,
         f"tables {tables}: no MANIFEST.json, so whether its files are the ones specsweep wrote could not be checked "
         "(rebuild them: snakemake, or specsweep tables)"
     )
-    study = load_study(ROOT / "config" / "h200.yaml")
+    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
     assert status.outputs(study, tmp_path / "results")["unchecked"] == [line]
     monkeypatch.chdir(tmp_path)
-    args = ["figures", "--config", str(ROOT / "config" / "h200.yaml"), "--tables", str(tables), "--out", "f"]
+    args = [
+        "figures",
+        "--config",
+        str(ROOT / "results" / "h200-smollm2" / "config.yaml"),
+        "--tables",
+        str(tables),
+        "--out",
+        "f",
+    ]
     assert cli.main(args) == 0
     assert capsys.readouterr().err == f"specsweep: could not check: {line}\n"
     assert json.loads((tmp_path / "f" / "manifest.json").read_text())["unchecked"] == [line]
@@ -1358,7 +1366,7 @@ def test_figures_without_their_manifest_are_said_unchecked(tmp_path):
     checked, said under "could not check" (it was said nowhere)."""
     from specsweep import status
 
-    study = load_study(ROOT / "config" / "h200.yaml")
+    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
     _, figures = _committed_outputs(tmp_path)
     manifest = json.loads((figures / "manifest.json").read_text())
     del manifest["tables_manifest_sha256"]
@@ -1382,7 +1390,15 @@ def test_figures_and_validate_refuse_another_runs_tables(tmp_path, monkeypatch, 
     before = {p: p.read_bytes() for p in figures.rglob("*") if p.is_file()}
     other = ROOT / "results" / "h200-shapes-reference" / "tables"
     monkeypatch.chdir(tmp_path)
-    args = ["figures", "--config", str(ROOT / "config" / "h200.yaml"), "--tables", str(other), "--out", str(figures)]
+    args = [
+        "figures",
+        "--config",
+        str(ROOT / "results" / "h200-smollm2" / "config.yaml"),
+        "--tables",
+        str(other),
+        "--out",
+        str(figures),
+    ]
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert err == (

@@ -378,7 +378,7 @@ def test_cells_at_b_show_their_occupancy_flag_a_low_one_or_say_it_was_not_record
     from specsweep import tables
 
     monkeypatch.chdir(ROOT)
-    study = load_study("config/h200-concurrency-32b.yaml")
+    study = load_study("results/h200-concurrency-32b/config.yaml")
     rows, docs, _ = tables.load_measurements(study, Path("results"))
 
     def render() -> tuple[str, list[dict]]:

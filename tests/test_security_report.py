@@ -135,7 +135,7 @@ def test_restore_never_writes_through_a_symlinked_cells_folder(tmp_path):
     assert json.loads((project / target).read_text()) == json.loads((CELLS / f"{cell}.json").read_text())
 
 
-CONC_RUN, CONC_CONFIG = "h200-smollm2-concurrency", ROOT / "config" / "h200-smollm2-concurrency.yaml"
+CONC_RUN, CONC_CONFIG = "h200-smollm2-concurrency", ROOT / "results" / "h200-smollm2-concurrency" / "config.yaml"
 
 
 def _archived(run: str, cell: str, repeat: int) -> dict:

@@ -54,7 +54,7 @@ def _project(tmp_path: Path) -> Path:
     for rel in (f"results/{RUN}/cells", f"results/{RUN}/archive", f"results/{RUN}/tables", f"figures/{RUN}"):
         shutil.copytree(ROOT / rel, tmp_path / rel)
     (tmp_path / "config").mkdir()
-    shutil.copy(ROOT / "config" / "h200.yaml", tmp_path / "config" / "h200.yaml")
+    shutil.copy(ROOT / "results" / RUN / "config.yaml", tmp_path / "config" / "h200.yaml")
     (tmp_path / "tok").mkdir()  # a tokenizer source for dummy-model (three tokens)
     (tmp_path / "tok" / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0, "b": 1, "c": 2}}}))
     (tmp_path / "tok" / "tokenizer_config.json").write_text("{}")
