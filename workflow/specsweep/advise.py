@@ -21,6 +21,7 @@ import yaml
 
 from .errors import SpecsweepError
 from .jsonio import read_json
+from .replay import check_report
 
 ASSUMES = (
     "R (the drafter's step time over plain decoding) measured on this model shape holds for this traffic, "
@@ -77,6 +78,13 @@ def step_time_ratios(
         and _num(r.get("R")) is not None
         and (workload is None or workload in (r["workload"], r["workload"].split("@")[0]))
     ]
+    for r in rows:  # R is a ratio of step times: positive and finite, its bounds around it
+        lo, hi = _num(r.get("R_lo")), _num(r.get("R_hi"))
+        if not (0 < r["R"] < math.inf) or any(x is not None and not 0 < x < math.inf for x in (lo, hi)):
+            raise SpecsweepError(
+                f"advise: {path}: {model}/{r['workload']}/{r.get('config')}: R {r['R']} [{lo}, {hi}] is not a "
+                "positive finite ratio of step times"
+            )
     if not rows:
         runs = _configs_measuring(model, method, config_dir)
         where = f"; configs that measure it: {', '.join(runs)}" if runs else "; no config measures it"
@@ -142,9 +150,7 @@ def advise(
     config_dir = config_dir or Path(__file__).resolve().parents[2] / "config"
     by_method: dict[str, list[dict[str, Any]]] = {}
     for path in replays:
-        doc = read_json(Path(path), "replay report")
-        if doc.get("format") != "specsweep-replay/1":
-            raise SpecsweepError(f"advise: {path} is not a replay report (specsweep replay --out)")
+        doc = check_report(read_json(Path(path), "replay report"), f"advise: replay report {path}")
         by_method.setdefault(doc["drafter"]["method"], []).append(doc | {"_path": str(path)})
     rows = []
     for method, docs in by_method.items():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -32,6 +33,47 @@ from typing import Any
 
 from . import paths
 from .errors import SpecsweepError
+
+# ---------------------------------------------------------------------------------------------- number arguments
+# Every number a subcommand takes goes through one of these argparse types: a value out of its range is
+# argparse's one-line usage error naming the option, never a value silently replaced by a default.
+
+
+def int_in(lo: int, hi: int | None = None) -> Any:
+    """An argparse type: an integer in [lo, hi] (no upper bound when hi is None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{value} is not in [{lo}, {'any' if hi is None else hi}]")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(lo: float, hi: float) -> Any:
+    """An argparse type: a finite number in [lo, hi] (NaN and infinity refused)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number in [{lo:g}, {hi:g}]")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+#: The types in use: counts of things (>= 1), ids and indices (>= 0), a process id.
+POSITIVE = int_in(1)
+NON_NEGATIVE = int_in(0)
 
 
 def _overrides(items: Sequence[str] | None) -> dict[str, Any]:
@@ -389,9 +431,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "suffix_decoding_max_cached_requests": args.suffix_max_cached_requests,
     }
     given = {k: v for k, v in given.items() if v is not None}
-    engine: dict[str, Any] = {}
-    if args.cell:
-        requests, spec, engine = replay.load_cell(Path(args.cell), tok)
+    sched = replay.CellSchedule(None, None, None)
+    if args.cell:  # a cell replays under what its timed pass ran under unless told otherwise
+        requests, spec, sched = replay.load_cell(Path(args.cell), tok)
         source = str(args.cell)
     else:
         requests, spec = replay.load_traffic(Path(args.traffic), tok), {}
@@ -399,9 +441,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     spec = spec | given
     if "method" not in spec:
         raise SpecsweepError(f"replay {source}: no drafter settings (a traffic file or a vanilla cell): give --method")
-    drafter = replay.Drafter.from_speculative(spec, args.max_model_len or engine.get("max_model_len"))
-    concurrency = args.concurrency or engine.get("max_num_seqs")
-    budget = args.token_budget or engine.get("max_num_batched_tokens")
+
+    def given_or(value: int | None, default: int | None) -> int | None:
+        return default if value is None else value
+
+    drafter = replay.Drafter.from_speculative(spec, given_or(args.max_model_len, sched.max_model_len))
+    concurrency = given_or(args.concurrency, sched.concurrency)
+    budget = given_or(args.token_budget, sched.token_budget)
     doc = replay.replay_report(requests, drafter, args.schedule, concurrency, budget, source, args.seed)
     atomic_write_json(Path(args.out), doc)
     o = doc["overall"]
@@ -493,14 +539,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--model-path", help="local model folder (models built by a rule)")
     sp.add_argument("--log", help="the job's log file, named in a failure record")
     sp.add_argument("--no-reuse", action="store_true", help="start the engine in this process (no engine host)")
-    sp.add_argument("--watch-pid", type=int, help="write nothing if this process (the scheduler) has died")
+    sp.add_argument("--watch-pid", type=POSITIVE, help="write nothing if this process (the scheduler) has died")
     sp = add("restore", cmd_restore, "put a cell repeat's newest archived measurement back at its path")
     sp.add_argument("path", help=paths.MEASUREMENT)
     sp.add_argument("--force", action="store_true", help="replace an existing measurement")
     sp = add("engine-host", cmd_engine_host, "(internal) keep one engine alive and measure what cell jobs ask")
     sp.add_argument("--model", required=True)
     sp.add_argument("--ladder-step", required=True)
-    sp.add_argument("--repeat", type=int, required=True)
+    sp.add_argument("--repeat", type=NON_NEGATIVE, required=True)
     sp.add_argument("--key", required=True)
     sp.add_argument("--model-path")
     sp.add_argument("--token", help="the random token of the host's record (proves the process is this host)")
@@ -509,7 +555,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, help=paths.result(paths.PREFLIGHT))
     sp.add_argument("--model-path")
     sp.add_argument("--log")
-    sp.add_argument("--watch-pid", type=int)
+    sp.add_argument("--watch-pid", type=POSITIVE)
     sp = add("preflight-report", cmd_preflight_report, "the preflight verdicts of a run as one table")
     sp.add_argument("--results", default="results")
     sp = sub.add_parser("code-hash", help="the hash of this checkout's pipeline code (a cell's provenance.code.sha256)")
@@ -529,7 +575,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True, help="results/{run}/tables/fidelity.json")
     sp.add_argument("--model-path")
-    sp.add_argument("--runs", type=int, default=3)
+    sp.add_argument("--runs", type=POSITIVE, default=3)
     sp = add("tables", cmd_tables, "aggregate the cells of a run into Parquet, CSV and Markdown tables")
     sp.add_argument("--results", default="results")
     sp.add_argument("--out", required=True)
@@ -561,14 +607,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--tokenizer", help="the model's tokenizer folder (checked against a cell's)")
     sp.add_argument("--out", required=True, help="the replay report (JSON)")
     sp.add_argument("--method", choices=SPEC_METHODS)
-    sp.add_argument("--num-speculative-tokens", type=int)
-    sp.add_argument("--prompt-lookup-min", type=int, help="ngram (vLLM's default: 5 when neither is given)")
-    sp.add_argument("--prompt-lookup-max", type=int)
-    sp.add_argument("--suffix-max-tree-depth", type=int, help="suffix (vLLM's default 24)")
-    sp.add_argument("--suffix-max-spec-factor", type=float, help="suffix (vLLM's default 1.0)")
-    sp.add_argument("--suffix-min-token-prob", type=float, help="suffix (vLLM's default 0.1)")
-    sp.add_argument("--suffix-max-cached-requests", type=int, help="suffix (vLLM's default 10000)")
-    sp.add_argument("--max-model-len", type=int, help="the engine's context limit (a cell's by default)")
+    sp.add_argument("--num-speculative-tokens", type=int_in(1, 1024))
+    sp.add_argument("--prompt-lookup-min", type=POSITIVE, help="ngram (vLLM's default: 5 when neither is given)")
+    sp.add_argument("--prompt-lookup-max", type=POSITIVE)
+    sp.add_argument("--suffix-max-tree-depth", type=int_in(1, 1024), help="suffix (vLLM's default 24)")
+    sp.add_argument("--suffix-max-spec-factor", type=float_in(0, 1e6), help="suffix (vLLM's default 1.0)")
+    sp.add_argument("--suffix-min-token-prob", type=float_in(0, 1), help="suffix (vLLM's default 0.1)")
+    sp.add_argument("--suffix-max-cached-requests", type=NON_NEGATIVE, help="suffix (vLLM's default 10000)")
+    sp.add_argument("--max-model-len", type=POSITIVE, help="the engine's context limit (a cell's by default)")
     sp.add_argument(
         "--schedule",
         choices=["lockstep", "finish"],
@@ -577,14 +623,16 @@ def parser() -> argparse.ArgumentParser:
         "finish: one after another in the order the real run finished them",
     )
     sp.add_argument(
-        "--concurrency", type=int, help="lockstep: requests running at once (default: a cell's max_num_seqs, else all)"
+        "--concurrency",
+        type=POSITIVE,
+        help="lockstep: requests running at once (default: a cell's own b, else its max_num_seqs; else all)",
     )
     sp.add_argument(
         "--token-budget",
-        type=int,
+        type=POSITIVE,
         help="lockstep: tokens one engine step schedules (default: a cell's max_num_batched_tokens, else no limit)",
     )
-    sp.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+    sp.add_argument("--seed", type=NON_NEGATIVE, default=0, help="the bootstrap's seed")
     sp.set_defaults(func=cmd_replay)
     sp = sub.add_parser(
         "advise",

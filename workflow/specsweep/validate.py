@@ -90,12 +90,10 @@ def replay_cell(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     spec = doc["settings"]["ladder"].get("speculative") or {}
     if not spec or not doc.get("replay_tokens") or doc.get("status") != "ok":
         return None
-    engine = doc["settings"]["engine"]
     requests = replay.cell_requests(path, doc)
-    drafter = replay.Drafter.from_speculative(dict(spec), engine.get("max_model_len"))
-    b = doc["settings"]["workload"].get("concurrency") or engine.get("max_num_seqs")
-    budget = engine.get("max_num_batched_tokens")
-    return doc, replay.replay_report(requests, drafter, "lockstep", b, budget, str(path))
+    sched = replay.cell_schedule(doc)
+    drafter = replay.Drafter.from_speculative(dict(spec), sched.max_model_len)
+    return doc, replay.replay_report(requests, drafter, "lockstep", sched.concurrency, sched.token_budget, str(path))
 
 
 def _f(x: Any) -> float | None:
