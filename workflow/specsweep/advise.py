@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from .errors import SpecsweepError
+from .escape import MPL_RC, md_code, md_text
 from .jsonio import read_json
 from .replay import check_report
 
@@ -208,9 +209,9 @@ def markdown(adv: dict[str, Any]) -> str:
         return "n/a" if x is None else f"{x:.3f}"
 
     out = [
-        f"# Should speculative decoding be on? {adv['model']}",
+        f"# Should speculative decoding be on? {md_text(adv['model'])}",
         "",
-        f"Step times from `{adv['tables']}`; acceptance replayed from the traffic.",
+        f"Step times from {md_code(adv['tables'])}; acceptance replayed from the traffic.",
         "",
         "| drafter | concurrency | replayed at | K (replayed) | T (replayed) | R (measured) | speedup | 95 % CI |",
         "|---|---|---|---|---|---|---|---|",
@@ -219,11 +220,11 @@ def markdown(adv: dict[str, Any]) -> str:
         b = "all at once" if r["concurrency"] is None else str(r["concurrency"])
         rb = "all at once" if r["replay_concurrency"] is None else str(r["replay_concurrency"])
         out.append(
-            f"| {r['drafter']} | {b} | {rb} | {f(r['K'])} | {f(r['T'])} [{f(r['T_lo'])}, {f(r['T_hi'])}] | "
+            f"| {md_text(r['drafter'])} | {b} | {rb} | {f(r['K'])} | {f(r['T'])} [{f(r['T_lo'])}, {f(r['T_hi'])}] | "
             f"{f(r['R'])} [{f(r['R_lo'])}, {f(r['R_hi'])}] | {f(r['speedup'])} | "
             f"[{f(r['speedup_lo'])}, {f(r['speedup_hi'])}] |"
         )
-    out += ["", "## Recommendation", ""] + [f"- {line}" for line in adv["recommendation"]]
+    out += ["", "## Recommendation", ""] + [f"- {md_text(line)}" for line in adv["recommendation"]]
     out += ["", "## What the prediction assumes", "", ASSUMES, ""]
     return "\n".join(out)
 
@@ -247,7 +248,8 @@ def figure(adv: dict[str, Any], path: Path) -> None:
     rows = adv["rows"]
     numeric = sorted({r["concurrency"] for r in rows if r["concurrency"] is not None})
     edge = (max(numeric) * 2) if numeric else 1
-    with plt.rc_context({"svg.hashsalt": "specsweep", "svg.fonttype": "path", "font.size": 9}):
+    rc: Any = {"svg.hashsalt": "specsweep", "svg.fonttype": "path", "font.size": 9, **MPL_RC}
+    with plt.rc_context(rc):
         fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=150)
         for method in sorted({r["drafter"] for r in rows}):
             g = sorted(

@@ -33,6 +33,7 @@ from typing import Any
 
 from . import paths
 from .errors import SpecsweepError
+from .escape import term_text
 
 # ---------------------------------------------------------------------------------------------- number arguments
 # Every number a subcommand takes goes through one of these argparse types: a value out of its range is
@@ -243,8 +244,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
     doc = cells.load(arch[-1], expect=(key.run, key.model, key.workload, key.step))
     atomic_write_json(out, doc)
     print(
-        f"restored {out} from {arch[-1]}; if Snakemake marked it incomplete (an interrupted job), tell it the "
-        f"file is complete again: snakemake --cleanup-metadata {out}"
+        term_text(
+            f"restored {out} from {arch[-1]}; if Snakemake marked it incomplete (an interrupted job), tell it the "
+            f"file is complete again: snakemake --cleanup-metadata {out}"
+        )
     )
     return 0
 
@@ -291,13 +294,15 @@ def cmd_engines(args: argparse.Namespace) -> int:
     d = enginehost.existing_engine_dir()  # nothing to list or stop where there is no folder: none is made
     if args.stop:
         stopped = enginehost.stop_all(d) if d else []
-        print(f"stopped {len(stopped)} engine host(s)" + (f": {', '.join(stopped)}" if stopped else ""))
+        print(term_text(f"stopped {len(stopped)} engine host(s)" + (f": {', '.join(stopped)}" if stopped else "")))
     elif d:
         for key, rec in enginehost.live_hosts(d, prune=False).items():
             slots = ",".join(rec.get("slots") or []) or "?"
-            print(
-                f"{key} pid {rec['pid']} since {rec['spawned_at']:.0f} run {rec.get('run')} slots {slots} "
-                f"in use {enginehost.in_use(d, key)} log {rec.get('log')}"
+            print(  # a host's record is a file: its fields are data
+                term_text(
+                    f"{key} pid {rec['pid']} since {rec['spawned_at']:.0f} run {rec.get('run')} slots {slots} "
+                    f"in use {enginehost.in_use(d, key)} log {rec.get('log')}"
+                )
             )
     return 0
 
@@ -482,7 +487,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     tables = Path(args.tables) if args.tables else paths.tables_dir(args.run, args.results)
     out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation"
     got = validate.validate(cells_dir, tables, out, Path(args.configs) if args.configs else None)
-    print(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
+    print(
+        term_text(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
+    )
     return 0
 
 
@@ -678,7 +685,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a closed pipe (`specsweep cells | head`) is caught below
         return code
     except SpecsweepError as exc:
-        print(f"specsweep: error: {exc}", file=sys.stderr)
+        # a message quotes data (a file's line, a name, a path): no control character of it reaches the terminal
+        print(f"specsweep: error: {term_text(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # disk full, read-only or missing folder: one line naming the file, no traceback
         if isinstance(exc, BrokenPipeError) and _stdout_gone():
@@ -687,10 +695,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 128 + signal.SIGPIPE
         where = exc.filename or "(no file)"
-        print(f"specsweep: error: {where}: {exc.strerror or type(exc).__name__}"[:400], file=sys.stderr)
+        print(term_text(f"specsweep: error: {where}: {exc.strerror or type(exc).__name__}"[:400]), file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C: what was cleaned up, in one line (no traceback)
-        print(f"specsweep: interrupted: {str(exc) or 'Ctrl-C'}"[:400], file=sys.stderr)
+        print(term_text(f"specsweep: interrupted: {str(exc) or 'Ctrl-C'}"[:400]), file=sys.stderr)
         return 130
 
 

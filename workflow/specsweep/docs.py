@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from . import claims, crossover, paths, stats
+from .escape import md_text, md_url
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A block; an empty one (its end marker on the next line) matches too, so that it is filled, not skipped.
@@ -106,7 +107,7 @@ def _pages(root: Path) -> list[str]:
 
 
 def _models(names: list[str], dummy: bool) -> str:
-    shown = ", ".join(names) if len(names) <= MAX_NAMED_MODELS else f"{len(names)} models"
+    shown = ", ".join(md_text(n) for n in names) if len(names) <= MAX_NAMED_MODELS else f"{len(names)} models"
     return shown + (" (random weights)" if dummy else "")
 
 
@@ -118,7 +119,7 @@ def _column(path: Path, name: str) -> list:
 
 def _row(root: Path, run: str, config: Path | None) -> str:
 
-    page = f"[{run}]({RUN_PAGES}/{run}.md)"
+    page = f"[{md_text(run)}]({md_url(f'{RUN_PAGES}/{run}.md')})"
     what = measures(config) if config else ""
     cfg = yaml.safe_load(config.read_text()) if config else {}
     dummy = bool(cfg.get("models")) and all(m.get("weights") == "dummy" for m in cfg["models"])
@@ -131,7 +132,7 @@ def _row(root: Path, run: str, config: Path | None) -> str:
         status = _column(tables / "measurements.parquet", "status")
         done = f"{status.count('ok')} of {len(status)}"
         models = _models(list(dict.fromkeys(_column(tables / "measurements.parquet", "model"))), dummy)
-        out = f"[claims]({(tables / 'claims.md').relative_to(root).as_posix()})"
+        out = f"[claims]({md_url((tables / 'claims.md').relative_to(root).as_posix())})"
     elif (pre / summary_json).is_file():
         summary = json.loads((pre / summary_json).read_text())
         verdicts = ", ".join(f"{v} {k}" for k, v in summary["cells"].items())
@@ -139,7 +140,7 @@ def _row(root: Path, run: str, config: Path | None) -> str:
         starts = summary["engines"].get("ok", 0) + summary["engines"].get("failed", 0)
         reps = "one pass per cell"
         models = _models(list(dict.fromkeys(_column(pre / parquet, "model"))), dummy)
-        out = f"[report]({(pre / md).relative_to(root).as_posix()})"
+        out = f"[report]({md_url((pre / md).relative_to(root).as_posix())})"
     else:
         return f"| {page} | – | {what} | not committed yet | – | – | – |"
     return f"| {page} | {models} | {what} | {done} | {starts} | {reps} | {out} |"
@@ -199,7 +200,9 @@ def concurrency_summary(root: Path = ROOT) -> str:
     head = ["| run | model | workload | drafter | " + " | ".join(f"b = {b}" for b in cols) + " | b* |"]
     head.append("|---|---|---|---|" + "---|" * len(cols) + "---|")
     body = [
-        f"| {run} | {m} | {w} | {d} | " + " | ".join(curve.get(b, "–") for b in cols) + f" | {bstar} |"
+        f"| {md_text(run)} | {md_text(m)} | {md_text(w)} | {md_text(d)} | "
+        + " | ".join(curve.get(b, "–") for b in cols)
+        + f" | {bstar} |"
         for run, m, w, d, curve, bstar in rows
     ]
     return "\n".join(head + body)
@@ -226,12 +229,12 @@ def fidelity_summary(root: Path = ROOT) -> str:
         d = json.loads(path.read_text())
         ratio, lo, hi = d["ratio_of_medians"], d["ratio_lo"], d["ratio_hi"]
         interval = f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "[–]"
-        link = f"[{d['cell']}](../{path.relative_to(root).as_posix()})"  # the block lives in docs/
+        link = f"[{md_text(d['cell'])}]({md_url('../' + path.relative_to(root).as_posix())})"  # it lives in docs/
         rows.append(
-            f"| {d['run']} | {link} | {d['model_weights']} | {d['runs_each']} "
+            f"| {md_text(d['run'])} | {link} | {md_text(d['model_weights'])} | {d['runs_each']} "
             f"| {d['specsweep_median_tok_s']:,.0f} ({100 * d['specsweep_cv']:.1f} %) "
             f"| {d['harness_median_tok_s']:,.0f} ({100 * d['harness_cv']:.1f} %) | {ratio:.3f} {interval} "
-            f"| {fidelity_verdict(ratio, lo, hi)} | {d['versions'].get('vllm')} |"
+            f"| {fidelity_verdict(ratio, lo, hi)} | {md_text(d['versions'].get('vllm'))} |"
         )
     if len(rows) == 2:
         rows.append("| – | no fidelity check committed | – | – | – | – | – | – | – |")
