@@ -446,3 +446,22 @@ def test_advise_refuses_a_step_time_ratio_that_is_not_positive(tmp_path):
     path.write_text(json.dumps(_report(tmp_path)))
     with pytest.raises(SpecsweepError, match="R -1.0 .* is not a positive finite ratio of step times"):
         advise.advise([path], tmp_path / "tables", t.column("model")[first].as_py())
+
+
+def test_advise_reads_no_fifo_among_the_configs(tmp_path):
+    """The configs folder advise searches for the configs that would measure a shape: a FIFO named *.yaml
+    there blocked the read forever; a file that is not a regular file is passed over."""
+    import os
+    import shutil
+
+    from specsweep import advise
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "config" / "h200-shapes.yaml", configs)
+    os.mkfifo(configs / "a.yaml")
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_report(tmp_path)))
+    tables = Path(__file__).resolve().parents[1] / "results" / "h200-smollm2" / "tables"
+    with pytest.raises(SpecsweepError, match="configs that measure it: .*h200-shapes.yaml"):
+        advise.advise([path], tables, "qwen2.5-7b-instruct", config_dir=configs)

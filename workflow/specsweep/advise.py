@@ -21,7 +21,7 @@ import yaml
 
 from .errors import SpecsweepError
 from .escape import MPL_RC, md_code, md_text
-from .jsonio import read_json
+from .jsonio import read_json, read_text_bounded
 from .replay import check_report
 
 ASSUMES = (
@@ -38,8 +38,8 @@ def _configs_measuring(model: str, method: str, config_dir: Path) -> list[str]:
     found = []
     for path in sorted(Path(config_dir).glob("*.yaml")):
         try:
-            raw = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError):
+            raw = yaml.safe_load(read_text_bounded(path, "config", 1 << 20))
+        except (SpecsweepError, yaml.YAMLError):  # a file that is not a study config names nothing
             continue
         if not isinstance(raw, dict):
             continue

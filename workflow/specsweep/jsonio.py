@@ -105,20 +105,21 @@ def open_bounded(path: Path, what: str, max_bytes: int = MAX_READ_BYTES) -> Any:
     """A binary file object of ``path`` when it is a regular file of at most ``max_bytes`` (a device such as
     /dev/zero, a FIFO or a folder is refused before anything is read); every refusal one line naming it."""
     path = Path(path)
-    try:
-        fh = open(path, "rb")  # returned to the caller, who closes it
+    try:  # non-blocking: opening a FIFO to read would wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise SpecsweepError(f"{what} {path}: file not found") from None
     except OSError as exc:
         raise SpecsweepError(f"{what} {path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
-    st = os.fstat(fh.fileno())
+    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
-        fh.close()
+        os.close(fd)
         raise SpecsweepError(f"{what} {path}: not a regular file (a device, pipe or folder)")
     if st.st_size > max_bytes:
-        fh.close()
+        os.close(fd)
         raise SpecsweepError(f"{what} {path}: {st.st_size} bytes, more than the {max_bytes} this reads")
-    return fh
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_text_bounded(path: Path, what: str, max_bytes: int = MAX_READ_BYTES) -> str:

@@ -791,7 +791,9 @@ def cell_requests(cell_path: Path, doc: dict[str, Any], tokenizer: Any | None = 
         path = Path(cell_path).parent / rec[key]
         if not path.is_file():
             raise SpecsweepError(f"cell {cell_path}: its token file {path} is missing")
-        if hashlib.sha256(path.read_bytes()).hexdigest() != rec[key.replace("file", "sha256")]:
+        with open_bounded(path, "token file") as fh:
+            data = fh.read()
+        if hashlib.sha256(data).hexdigest() != rec[key.replace("file", "sha256")]:
             raise SpecsweepError(f"token file {path}: its sha256 is not the one its cell records")
         files[key] = path
     if tokenizer is not None:
