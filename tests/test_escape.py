@@ -153,11 +153,11 @@ def test_preflight_report_cells_are_inert():
 
 
 def test_claims_table_keeps_a_pipe_in_its_evidence_inside_the_cell():
-    """C7's evidence says `mean |K error|`: its pipes split the row into six cells of a four-column table."""
+    """C5's evidence says `mean |K error|`: its pipes split the row into six cells of a four-column table."""
     from specsweep import claims
 
     study = load_study(ROOT / "config" / "h200.yaml")
-    decided = [{"id": "C7", "claim": "K predicted", "verdict": "confirmed", "rule": "`rule` x",
+    decided = [{"id": "C5", "claim": "linear K model", "verdict": "confirmed", "rule": "`rule` x",
                 "evidence": "mean |K error| linear 0.83\nnext"}]  # fmt: skip
     row = claims.markdown(study, decided).splitlines()[-1]
     assert len(re.findall(r"(?<!\\)\|", row)) == 5, row
