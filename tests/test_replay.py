@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specsweep import cli, replay
+from specsweep import cli, datasets, replay
 from specsweep.errors import SpecsweepError
 from specsweep.replay import Drafter, Request
 
@@ -161,6 +161,33 @@ def test_bad_traffic_is_one_line_naming_the_line(tmp_path, capsys, tok_dir):
 
 
 @pytest.mark.slow
+def test_hostile_traffic_is_one_line_naming_the_file_and_line(tmp_path, capsys, tok_dir, monkeypatch):
+    """Issue 47: a line of nested brackets (RecursionError inside json), a device that never ends, binary
+    content, a file or a line over the bounds: each one line naming the file (and line), nothing written."""
+    good = json.dumps({"prompt_token_ids": [1, 2, 3], "response_token_ids": [4, 5]})
+    cases = {
+        "line 2: not JSON this reads (nested deeper": [good, "[" * 100_000],
+        "line 1: not JSON this reads": ['{"prompt_token_ids": [' + "9" * 5000 + '], "response_token_ids": [1]}'],
+        "line 1: duplicate key 'prompt'": ['{"prompt": "a", "prompt": "b", "response": "c"}'],
+        "line 3: binary data": [good, good, "\0\0\0"],
+    }
+    argv = ("--tokenizer", str(tok_dir), "--method", "ngram", "--num-speculative-tokens", "3")
+    for expect, lines in cases.items():
+        err = _run(tmp_path, capsys, "--traffic", _traffic(tmp_path, lines), *argv)
+        assert expect in err and "traffic.jsonl" in err, err
+    monkeypatch.setattr(datasets, "MAX_LINE_BYTES", 4096)
+    long = _traffic(tmp_path, [good, json.dumps({"prompt": "x" * 5000, "response": "y"})])
+    assert "traffic.jsonl: line 2: longer than 4096 bytes" in _run(tmp_path, capsys, "--traffic", long, *argv)
+    err = _run(tmp_path, capsys, "--traffic", "/dev/zero", *argv)
+    assert "traffic file /dev/zero: not a regular file" in err
+    huge = tmp_path / "huge.jsonl"
+    with huge.open("wb") as fh:  # sparse: no disk used
+        fh.truncate(datasets.MAX_FILE_BYTES + 1)
+    assert f"huge.jsonl: {datasets.MAX_FILE_BYTES + 1} bytes, more than" in _run(tmp_path, capsys, "--traffic",
+                                                                                   str(huge), *argv)  # fmt: skip
+
+
+@pytest.mark.slow
 def test_traffic_replay_from_text_and_messages(tmp_path, tok_dir):
     lines = [
         json.dumps({"prompt": "a b c d e f a b c", "response": " d e f a b c d e f"}),
@@ -266,3 +293,175 @@ def test_advise_cli_unmeasured_shape_is_one_line_and_writes_nothing(tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "model opt-125m: no measured step times of ngram" in err
     assert "config.yaml" in err and not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------- issue 47: ranges
+
+#: A committed cell measured at b = 4 (its engine's max_num_seqs is 256), with its token files.
+CELL_B4 = (
+    Path(__file__).resolve().parents[1]
+    / "results/h200-smollm2-concurrency/cells/smollm2-135m-instruct/code@b4/ngram/r1.json"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["replay", "--cell", str(CELL_B4), "--concurrency", "0"], "--concurrency"),
+        (["replay", "--cell", str(CELL_B4), "--token-budget", "0"], "--token-budget"),
+        (["replay", "--cell", str(CELL_B4), "--max-model-len", "-1"], "--max-model-len"),
+        (["replay", "--cell", str(CELL_B4), "--num-speculative-tokens", "0"], "--num-speculative-tokens"),
+        (["replay", "--cell", str(CELL_B4), "--suffix-max-spec-factor", "nan"], "--suffix-max-spec-factor"),
+        (["replay", "--cell", str(CELL_B4), "--suffix-max-spec-factor", "inf"], "--suffix-max-spec-factor"),
+        (["replay", "--cell", str(CELL_B4), "--suffix-min-token-prob", "nan"], "--suffix-min-token-prob"),
+        (["replay", "--cell", str(CELL_B4), "--suffix-max-cached-requests", "-1"], "--suffix-max-cached-requests"),
+        (["replay", "--cell", str(CELL_B4), "--seed", "-3"], "--seed"),
+        (
+            ["fidelity", "--config", "c.yaml", "--cell", "m/w/s", "--workload-file", "w", "--out", "o", "--runs", "0"],
+            "--runs",
+        ),  # fmt: skip
+        (["run-cell", "--config", "c.yaml", "--workload-file", "w", "--out", "o", "--watch-pid", "-1"], "--watch-pid"),
+    ],
+)
+def test_every_number_a_command_takes_is_range_checked(argv, option, tmp_path, capsys):
+    """Issue 47: `--concurrency 0`, `--token-budget 0` and `--max-model-len -1` became other values (a falsy 0
+    fell back to the cell's setting) or gave K null with exit 0; NaN and infinity passed as drafter limits.
+    Each is now argparse's one-line usage error naming the option, before anything runs."""
+    out = tmp_path / "out.json"
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, "--out", str(out)] if argv[0] == "replay" else argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and f"argument {option}:" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("suffix_decoding_max_spec_factor", float("nan")),
+        ("suffix_decoding_max_spec_factor", float("inf")),
+        ("suffix_decoding_min_token_prob", float("nan")),
+        ("max_model_len", -1),
+        ("max_model_len", 0),
+        ("num_speculative_tokens", 10**9),
+        ("suffix_decoding_max_tree_depth", 2.5),
+        ("num_speculative_tokens", "4"),
+    ],
+)
+def test_drafter_limits_are_finite_numbers_in_range(field, value):
+    """A cell's (or a caller's) drafter settings: NaN, infinity, a negative context limit, a string or a count
+    that would size the per-position counts by a typo is one line naming the field, not a traceback from
+    vLLM's or arctic's code or a silent K of null."""
+    kwargs = {"method": "suffix", "num_speculative_tokens": 4, field: value}
+    with pytest.raises(SpecsweepError, match=f"drafter {field} "):
+        Drafter(**kwargs).resolved()
+    with pytest.raises(SpecsweepError, match=f"drafter {field} "):
+        Drafter(**(kwargs | {"method": "ngram", "prompt_lookup_min": 2})).resolved()
+
+
+def test_a_replayed_cell_runs_at_its_own_concurrency(tmp_path, capsys):
+    """A cell measured at b = 4 replays at 4 requests in flight by default (before: its engine's max_num_seqs,
+    256, so T described another schedule than the cell's), and `--concurrency` still overrides it."""
+    out = tmp_path / "r.json"
+    assert cli.main(["replay", "--cell", str(CELL_B4), "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["concurrency"] == 4 and doc["token_budget"] == 8192
+    assert cli.main(["replay", "--cell", str(CELL_B4), "--concurrency", "2", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["concurrency"] == 2
+
+
+def _report(tmp_path: Path) -> dict:
+    reqs = [Request(list(range(1, 30)) * 2, list(range(1, 30)), name=f"p{i}") for i in range(4)]
+    d = Drafter("ngram", 7, 2, 5)
+    return replay.report(replay.run_replay(reqs, d), d, "lockstep", "constructed", vanilla_steps=40)
+
+
+def _advise_err(tmp_path: Path, capsys, replay_path: Path) -> str:
+    tables = Path(__file__).resolve().parents[1] / "results" / "h200-smollm2" / "tables"
+    out = tmp_path / "advice.md"
+    argv = ["advise", "--replay", str(replay_path), "--tables", str(tables), "--model", "smollm2-135m-instruct"]
+    rc = cli.main([*argv, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and not out.exists(), err
+    assert len(err.splitlines()) == 1
+    return err
+
+
+def test_advise_refuses_a_replay_report_of_the_wrong_shape(tmp_path, capsys):
+    """Issue 47: a report missing its keys was a KeyError traceback; one with T = -5 gave a negative speedup
+    and a recommendation. Every field the advisor reads is checked for its type and range, in one line naming
+    the report and the field."""
+    good = _report(tmp_path)
+    path = tmp_path / "r.json"
+
+    def drop(doc: dict, *keys: str) -> dict:
+        doc = json.loads(json.dumps(doc))
+        *parents, last = keys
+        where = doc
+        for k in parents:
+            where = where[k]
+        del where[last]
+        return doc
+
+    cases = {
+        "overall.T is '-5', not null or a finite ratio > 0": good | {"overall": good["overall"] | {"T": -5}},
+        "overall.T is '0', not null": good | {"overall": good["overall"] | {"T": 0}},
+        "overall.K is '0.5', not null or a finite number >= 1": good | {"overall": good["overall"] | {"K": 0.5}},
+        "overall is 'None', not an object": drop(good, "overall"),
+        "drafter.method is 'None'": drop(good, "drafter", "method"),
+        "per_request[2].steps is 'None', not an integer >= 1": good
+        | {"per_request": [*good["per_request"][:2], {"response_tokens": 3}, *good["per_request"][3:]]},
+        "per_request is 'list of 1', not a list of overall.requests = 4": good
+        | {"per_request": good["per_request"][:1]},
+        "concurrency is '0', not null or an integer >= 1": good | {"concurrency": 0},
+        "not a replay report": {"format": "something/1"},
+    }
+    for expect, doc in cases.items():
+        path.write_text(json.dumps(doc))
+        err = _advise_err(tmp_path, capsys, path)
+        assert expect in err and str(path) in err, err
+    err = _advise_err(tmp_path, capsys, Path("/dev/zero"))
+    assert "replay report /dev/zero: not a regular file" in err
+    path.write_bytes(b"\x00\x01{}")
+    assert "binary content" in _advise_err(tmp_path, capsys, path)
+
+
+def test_advise_refuses_a_step_time_ratio_that_is_not_positive(tmp_path):
+    """R read from a tables folder is a ratio of step times: R <= 0 would turn into a negative or infinite
+    speedup and a recommendation; it is one line naming the table and the cell."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specsweep import advise
+
+    src = Path(__file__).resolve().parents[1] / "results" / "h200-smollm2" / "tables" / "speedup.parquet"
+    t = pq.read_table(src)
+    r = t.column("R").to_pylist()
+    first = next(i for i, x in enumerate(r) if x is not None and t.column("method")[i].as_py() == "ngram")
+    r[first] = -1.0
+    t = t.set_column(t.schema.get_field_index("R"), "R", pa.array(r, type=t.schema.field("R").type))
+    (tmp_path / "tables").mkdir()
+    pq.write_table(t, tmp_path / "tables" / "speedup.parquet")
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_report(tmp_path)))
+    with pytest.raises(SpecsweepError, match="R -1.0 .* is not a positive finite ratio of step times"):
+        advise.advise([path], tmp_path / "tables", t.column("model")[first].as_py())
+
+
+def test_advise_reads_no_fifo_among_the_configs(tmp_path):
+    """The configs folder advise searches for the configs that would measure a shape: a FIFO named *.yaml
+    there blocked the read forever; a file that is not a regular file is passed over."""
+    import os
+    import shutil
+
+    from specsweep import advise
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "config" / "h200-shapes.yaml", configs)
+    os.mkfifo(configs / "a.yaml")
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_report(tmp_path)))
+    tables = Path(__file__).resolve().parents[1] / "results" / "h200-smollm2" / "tables"
+    with pytest.raises(SpecsweepError, match="configs that measure it: .*h200-shapes.yaml"):
+        advise.advise([path], tables, "qwen2.5-7b-instruct", config_dir=configs)

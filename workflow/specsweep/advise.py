@@ -21,7 +21,9 @@ import yaml
 
 from . import paths
 from .errors import SpecsweepError
-from .jsonio import read_json
+from .escape import MPL_RC, md_code, md_text
+from .jsonio import read_json, read_text_bounded
+from .replay import check_report
 
 ASSUMES = (
     "R (the drafter's step time over plain decoding) measured on this model shape holds for this traffic, "
@@ -45,8 +47,8 @@ def _configs_measuring(model: str, method: str, config_dir: Path) -> list[str]:
     runs = sorted((Path(config_dir).parent / paths.RESULTS).glob("*/config.yaml"))
     for path in sorted(Path(config_dir).glob("*.yaml")) + runs:
         try:
-            raw = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError):
+            raw = yaml.safe_load(read_text_bounded(path, "config", 1 << 20))
+        except (SpecsweepError, yaml.YAMLError):  # a file that is not a study config names nothing
             continue
         if not isinstance(raw, dict):
             continue
@@ -110,6 +112,13 @@ def step_time_ratios(
         and _num(r.get("R")) is not None
         and (workload is None or workload in (r["workload"], r["workload"].split("@")[0]))
     ]
+    for r in rows:  # R is a ratio of step times: positive and finite, its bounds around it
+        lo, hi = _num(r.get("R_lo")), _num(r.get("R_hi"))
+        if not (0 < r["R"] < math.inf) or any(x is not None and not 0 < x < math.inf for x in (lo, hi)):
+            raise SpecsweepError(
+                f"advise: {path}: {model}/{r['workload']}/{r.get('config')}: R {r['R']} [{lo}, {hi}] is not a "
+                "positive finite ratio of step times"
+            )
     if not rows:
         runs = _configs_measuring(model, method, config_dir)
         where = f"; configs that measure it: {', '.join(runs)}" if runs else "; no config measures it"
@@ -182,9 +191,7 @@ def advise(
     config_dir = config_dir or Path(__file__).resolve().parents[2] / "config"
     by_method: dict[str, list[dict[str, Any]]] = {}
     for path in replays:
-        doc = read_json(Path(path), "replay report")
-        if doc.get("format") != "specsweep-replay/1":
-            raise SpecsweepError(f"advise: {path} is not a replay report (specsweep replay --out)")
+        doc = check_report(read_json(Path(path), "replay report"), f"advise: replay report {path}")
         by_method.setdefault(doc["drafter"]["method"], []).append(doc | {"_path": str(path)})
     rows = []
     for method, docs in by_method.items():
@@ -242,9 +249,9 @@ def markdown(adv: dict[str, Any]) -> str:
         return "n/a" if x is None else f"{x:.3f}"
 
     out = [
-        f"# Should speculative decoding be on? {adv['model']}",
+        f"# Should speculative decoding be on? {md_text(adv['model'])}",
         "",
-        f"Step times from `{adv['tables']}`; acceptance replayed from the traffic.",
+        f"Step times from {md_code(adv['tables'])}; acceptance replayed from the traffic.",
         "",
         "| drafter | concurrency | replayed at | K (replayed) | T (replayed) | R (measured, step) | speedup "
         "| 95 % CI |",
@@ -254,11 +261,11 @@ def markdown(adv: dict[str, Any]) -> str:
         b = "all at once" if r["concurrency"] is None else str(r["concurrency"])
         rb = "all at once" if r["replay_concurrency"] is None else str(r["replay_concurrency"])
         out.append(
-            f"| {r['drafter']} | {b} | {rb} | {f(r['K'])} | {f(r['T'])} [{f(r['T_lo'])}, {f(r['T_hi'])}] | "
-            f"{f(r['R'])} [{f(r['R_lo'])}, {f(r['R_hi'])}] ({r['step']}) | {f(r['speedup'])} | "
+            f"| {md_text(r['drafter'])} | {b} | {rb} | {f(r['K'])} | {f(r['T'])} [{f(r['T_lo'])}, {f(r['T_hi'])}] | "
+            f"{f(r['R'])} [{f(r['R_lo'])}, {f(r['R_hi'])}] ({md_text(r['step'])}) | {f(r['speedup'])} | "
             f"[{f(r['speedup_lo'])}, {f(r['speedup_hi'])}] |"
         )
-    out += ["", "## Recommendation", ""] + [f"- {line}" for line in adv["recommendation"]]
+    out += ["", "## Recommendation", ""] + [f"- {md_text(line)}" for line in adv["recommendation"]]
     out += ["", "## What the prediction assumes", "", ASSUMES, ""]
     return "\n".join(out)
 
@@ -282,7 +289,8 @@ def figure(adv: dict[str, Any], path: Path) -> None:
     rows = adv["rows"]
     numeric = sorted({r["concurrency"] for r in rows if r["concurrency"] is not None})
     edge = (max(numeric) * 2) if numeric else 1
-    with plt.rc_context({"svg.hashsalt": "specsweep", "svg.fonttype": "path", "font.size": 9}):
+    rc: Any = {"svg.hashsalt": "specsweep", "svg.fonttype": "path", "font.size": 9, **MPL_RC}
+    with plt.rc_context(rc):
         fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=150)
         for method in sorted({r["drafter"] for r in rows}):
             g = sorted(

@@ -58,6 +58,7 @@ from typing import Any
 
 from . import crossover, stats
 from .config import Study
+from .escape import md_cell
 
 #: C6: the article's R for Llama-3.3-70B at TP 8 (also figure 8's band and its caption).
 R_BAND: tuple[float, float] = (1.25, 1.40)
@@ -876,7 +877,8 @@ def markdown(study: Study, decided: list[dict[str, Any]]) -> str:
         "|---|---|---|---|",
     ]
     for c in decided:
-        lines.append(f"| {c['id']} {c['claim']} | **{c['verdict']}** | {c['rule']} | {c['evidence']} |")
+        cells = (f"{c['id']} {c['claim']}", f"**{c['verdict']}**", c["rule"], c["evidence"])
+        lines.append("| " + " | ".join(md_cell(x) for x in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -34,6 +35,48 @@ from typing import Any
 
 from . import paths
 from .errors import SpecsweepError
+from .escape import term_text
+
+# ---------------------------------------------------------------------------------------------- number arguments
+# Every number a subcommand takes goes through one of these argparse types: a value out of its range is
+# argparse's one-line usage error naming the option, never a value silently replaced by a default.
+
+
+def int_in(lo: int, hi: int | None = None) -> Any:
+    """An argparse type: an integer in [lo, hi] (no upper bound when hi is None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{value} is not in [{lo}, {'any' if hi is None else hi}]")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(lo: float, hi: float) -> Any:
+    """An argparse type: a finite number in [lo, hi] (NaN and infinity refused)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number in [{lo:g}, {hi:g}]")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+#: The types in use: counts of things (>= 1), ids and indices (>= 0), a process id.
+POSITIVE = int_in(1)
+NON_NEGATIVE = int_in(0)
 
 
 def _overrides(items: Sequence[str] | None) -> dict[str, Any]:
@@ -259,8 +302,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
     *_, newest, doc = max(found, key=lambda f: (f[0], f[1]))
     atomic_write_json(out, doc)
     print(
-        f"restored {out} from {newest}; if Snakemake marked it incomplete (an interrupted job), tell it the "
-        f"file is complete again: snakemake --cleanup-metadata {out}"
+        term_text(
+            f"restored {out} from {newest}; if Snakemake marked it incomplete (an interrupted job), tell it the "
+            f"file is complete again: snakemake --cleanup-metadata {out}"
+        )
     )
     return 0
 
@@ -307,13 +352,15 @@ def cmd_engines(args: argparse.Namespace) -> int:
     d = enginehost.existing_engine_dir()  # nothing to list or stop where there is no folder: none is made
     if args.stop:
         stopped = enginehost.stop_all(d) if d else []
-        print(f"stopped {len(stopped)} engine host(s)" + (f": {', '.join(stopped)}" if stopped else ""))
+        print(term_text(f"stopped {len(stopped)} engine host(s)" + (f": {', '.join(stopped)}" if stopped else "")))
     elif d:
         for key, rec in enginehost.live_hosts(d, prune=False).items():
             slots = ",".join(rec.get("slots") or []) or "?"
-            print(
-                f"{key} pid {rec['pid']} since {rec['spawned_at']:.0f} run {rec.get('run')} slots {slots} "
-                f"in use {enginehost.in_use(d, key)} log {rec.get('log')}"
+            print(  # a host's record is a file: its fields are data
+                term_text(
+                    f"{key} pid {rec['pid']} since {rec['spawned_at']:.0f} run {rec.get('run')} slots {slots} "
+                    f"in use {enginehost.in_use(d, key)} log {rec.get('log')}"
+                )
             )
     return 0
 
@@ -458,9 +505,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "suffix_decoding_max_cached_requests": args.suffix_max_cached_requests,
     }
     given = {k: v for k, v in given.items() if v is not None}
-    engine: dict[str, Any] = {}
-    if args.cell:
-        requests, spec, engine = replay.load_cell(Path(args.cell), tok)
+    sched = replay.CellSchedule(None, None, None)
+    if args.cell:  # a cell replays under what its timed pass ran under unless told otherwise
+        requests, spec, sched = replay.load_cell(Path(args.cell), tok)
         source = str(args.cell)
     else:
         requests, spec = replay.load_traffic(Path(args.traffic), tok), {}
@@ -468,9 +515,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     spec = spec | given
     if "method" not in spec:
         raise SpecsweepError(f"replay {source}: no drafter settings (a traffic file or a vanilla cell): give --method")
-    drafter = replay.Drafter.from_speculative(spec, args.max_model_len or engine.get("max_model_len"))
-    concurrency = args.concurrency or engine.get("max_num_seqs")
-    budget = args.token_budget or engine.get("max_num_batched_tokens")
+
+    def given_or(value: int | None, default: int | None) -> int | None:
+        return default if value is None else value
+
+    drafter = replay.Drafter.from_speculative(spec, given_or(args.max_model_len, sched.max_model_len))
+    concurrency = given_or(args.concurrency, sched.concurrency)
+    budget = given_or(args.token_budget, sched.token_budget)
     doc = replay.replay_report(requests, drafter, args.schedule, concurrency, budget, source, args.seed)
     atomic_write_json(Path(args.out), doc)
     o = doc["overall"]
@@ -531,7 +582,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation"
     got = validate.validate(cells_dir, tables, out, Path(args.configs) if args.configs else None)
     _say_unchecked(got["unchecked"])
-    print(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
+    print(
+        term_text(f"{len(got['replay'])} cells replayed, {len(got['advise'])} speedups predicted: {out}/validation.md")
+    )
     return 0
 
 
@@ -593,14 +646,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--model-path", help="local model folder (models built by a rule)")
     sp.add_argument("--log", help="the job's log file, named in a failure record")
     sp.add_argument("--no-reuse", action="store_true", help="start the engine in this process (no engine host)")
-    sp.add_argument("--watch-pid", type=int, help="write nothing if this process (the scheduler) has died")
+    sp.add_argument("--watch-pid", type=POSITIVE, help="write nothing if this process (the scheduler) has died")
     sp = add("restore", cmd_restore, "put a cell repeat's newest archived measurement back at its path")
     sp.add_argument("path", help=paths.MEASUREMENT)
     sp.add_argument("--force", action="store_true", help="replace an existing measurement")
     sp = add("engine-host", cmd_engine_host, "(internal) keep one engine alive and measure what cell jobs ask")
     sp.add_argument("--model", required=True)
     sp.add_argument("--ladder-step", required=True)
-    sp.add_argument("--repeat", type=int, required=True)
+    sp.add_argument("--repeat", type=NON_NEGATIVE, required=True)
     sp.add_argument("--key", required=True)
     sp.add_argument("--model-path")
     sp.add_argument("--token", help="the random token of the host's record (proves the process is this host)")
@@ -609,7 +662,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, help=paths.result(paths.PREFLIGHT))
     sp.add_argument("--model-path")
     sp.add_argument("--log")
-    sp.add_argument("--watch-pid", type=int)
+    sp.add_argument("--watch-pid", type=POSITIVE)
     sp = add("preflight-report", cmd_preflight_report, "the preflight verdicts of a run as one table")
     sp.add_argument("--results", default="results")
     sp = sub.add_parser("code-hash", help="the hash of this checkout's pipeline code (a cell's provenance.code.sha256)")
@@ -629,7 +682,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--workload-file", required=True)
     sp.add_argument("--out", required=True, help="results/{run}/tables/fidelity.json")
     sp.add_argument("--model-path")
-    sp.add_argument("--runs", type=int, default=3)
+    sp.add_argument("--runs", type=POSITIVE, default=3)
     sp = add("tables", cmd_tables, "aggregate the cells of a run into Parquet, CSV and Markdown tables")
     sp.add_argument("--results", default="results")
     sp.add_argument("--out", required=True)
@@ -661,14 +714,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--tokenizer", help="the model's tokenizer folder (checked against a cell's)")
     sp.add_argument("--out", required=True, help="the replay report (JSON)")
     sp.add_argument("--method", choices=SPEC_METHODS)
-    sp.add_argument("--num-speculative-tokens", type=int)
-    sp.add_argument("--prompt-lookup-min", type=int, help="ngram (vLLM's default: 5 when neither is given)")
-    sp.add_argument("--prompt-lookup-max", type=int)
-    sp.add_argument("--suffix-max-tree-depth", type=int, help="suffix (vLLM's default 24)")
-    sp.add_argument("--suffix-max-spec-factor", type=float, help="suffix (vLLM's default 1.0)")
-    sp.add_argument("--suffix-min-token-prob", type=float, help="suffix (vLLM's default 0.1)")
-    sp.add_argument("--suffix-max-cached-requests", type=int, help="suffix (vLLM's default 10000)")
-    sp.add_argument("--max-model-len", type=int, help="the engine's context limit (a cell's by default)")
+    sp.add_argument("--num-speculative-tokens", type=int_in(1, 1024))
+    sp.add_argument("--prompt-lookup-min", type=POSITIVE, help="ngram (vLLM's default: 5 when neither is given)")
+    sp.add_argument("--prompt-lookup-max", type=POSITIVE)
+    sp.add_argument("--suffix-max-tree-depth", type=int_in(1, 1024), help="suffix (vLLM's default 24)")
+    sp.add_argument("--suffix-max-spec-factor", type=float_in(0, 1e6), help="suffix (vLLM's default 1.0)")
+    sp.add_argument("--suffix-min-token-prob", type=float_in(0, 1), help="suffix (vLLM's default 0.1)")
+    sp.add_argument("--suffix-max-cached-requests", type=NON_NEGATIVE, help="suffix (vLLM's default 10000)")
+    sp.add_argument("--max-model-len", type=POSITIVE, help="the engine's context limit (a cell's by default)")
     sp.add_argument(
         "--schedule",
         choices=["lockstep", "finish"],
@@ -677,14 +730,16 @@ def parser() -> argparse.ArgumentParser:
         "finish: one after another in the order the real run finished them",
     )
     sp.add_argument(
-        "--concurrency", type=int, help="lockstep: requests running at once (default: a cell's max_num_seqs, else all)"
+        "--concurrency",
+        type=POSITIVE,
+        help="lockstep: requests running at once (default: a cell's own b, else its max_num_seqs; else all)",
     )
     sp.add_argument(
         "--token-budget",
-        type=int,
+        type=POSITIVE,
         help="lockstep: tokens one engine step schedules (default: a cell's max_num_batched_tokens, else no limit)",
     )
-    sp.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+    sp.add_argument("--seed", type=NON_NEGATIVE, default=0, help="the bootstrap's seed")
     sp.set_defaults(func=cmd_replay)
     sp = sub.add_parser(
         "advise",
@@ -749,7 +804,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a closed pipe (`specsweep cells | head`) is caught below
         return code
     except SpecsweepError as exc:
-        print(f"specsweep: error: {exc}", file=sys.stderr)
+        # a message quotes data (a file's line, a name, a path): no control character of it reaches the terminal
+        print(f"specsweep: error: {term_text(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # disk full, read-only or missing folder: one line naming the file, no traceback
         if isinstance(exc, BrokenPipeError) and _stdout_gone():
@@ -758,10 +814,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 128 + signal.SIGPIPE
         where = exc.filename or "(no file)"
-        print(f"specsweep: error: {where}: {exc.strerror or type(exc).__name__}"[:400], file=sys.stderr)
+        print(term_text(f"specsweep: error: {where}: {exc.strerror or type(exc).__name__}"[:400]), file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C: what was cleaned up, in one line (no traceback)
-        print(f"specsweep: interrupted: {str(exc) or 'Ctrl-C'}"[:400], file=sys.stderr)
+        print(term_text(f"specsweep: interrupted: {str(exc) or 'Ctrl-C'}"[:400]), file=sys.stderr)
         return 130
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecsweepError
+from .jsonio import JsonRefused, loads_strict, open_bounded
 
 #: The longest line read (16 MiB of prompt text is far past any engine's context); a longer one, a file with
 #: one huge line or no line breaks, is refused before it is parsed.
@@ -64,29 +65,15 @@ class Record:
 
 def file_sha256(path: Path, what: str = "dataset") -> str:
     """The sha256 of a prompt file's bytes (what a config pins), after the checks on the file itself."""
-    path = _checked_path(Path(path), what)
+    path = Path(path)
     h = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
+        with open_bounded(path, what, MAX_FILE_BYTES) as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     except OSError as exc:
         raise SpecsweepError(f"{what} {path}: cannot be read ({exc.strerror})") from None
     return h.hexdigest()
-
-
-def _checked_path(path: Path, what: str) -> Path:
-    try:
-        if not path.is_file():  # a folder, a FIFO, /dev/zero: never opened
-            if not path.exists():
-                raise SpecsweepError(f"{what} {path}: file not found")
-            raise SpecsweepError(f"{what} {path}: not a regular file")
-        size = path.stat().st_size
-    except OSError as exc:
-        raise SpecsweepError(f"{what} {path}: cannot be read ({exc.strerror})") from None
-    if size > MAX_FILE_BYTES:
-        raise SpecsweepError(f"{what} {path}: {size} bytes, larger than {MAX_FILE_BYTES}")
-    return path
 
 
 def read(path: Path, what: str = "dataset", sha256: str | None = None, forms: tuple[str, ...] = PROMPT_FORMS,
@@ -99,10 +86,9 @@ def read(path: Path, what: str = "dataset", sha256: str | None = None, forms: tu
         got = file_sha256(path, what)
         if got != sha256:
             raise SpecsweepError(f"{what} {path}: sha256 is {got}, the config pins {sha256}")
-    path = _checked_path(path, what)
     out: list[Record] = []
     try:
-        with open(path, "rb") as fh:
+        with open_bounded(path, what, MAX_FILE_BYTES) as fh:  # a regular file (no device, FIFO or folder)
             n = 0
             while True:
                 raw = fh.readline(MAX_LINE_BYTES + 1)
@@ -131,11 +117,15 @@ def _record(raw: bytes, n: int, where: str, forms: tuple[str, ...]) -> Record | 
     if not line.strip():
         return None
     try:
-        obj = json.loads(line)
+        obj = loads_strict(line)
     except json.JSONDecodeError as exc:
         raise SpecsweepError(f"{where}: not JSON ({exc.msg})") from None
+    except JsonRefused as exc:  # a duplicate key, NaN, Infinity
+        raise SpecsweepError(f"{where}: {exc}") from None
     except RecursionError:
-        raise SpecsweepError(f"{where}: nested too deeply") from None
+        raise SpecsweepError(f"{where}: not JSON this reads (nested deeper than Python's stack)") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise SpecsweepError(f"{where}: not JSON this reads ({str(exc)[:80]})") from None
     if not isinstance(obj, dict):
         raise SpecsweepError(f"{where}: not a JSON object")
     present = [k for k in PROMPT_FORMS if k in obj]

@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from . import claims, crossover, paths, stats
+from .escape import md_text, md_url
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A block; an empty one (its end marker on the next line) matches too, so that it is filled, not skipped.
@@ -117,12 +118,12 @@ def _pages(root: Path) -> list[str]:
 def _models(names: list[str], dummy: set[str]) -> str:
     """The run's models; all of them with random weights: '(random weights)' after them, some: after each."""
     if dummy and dummy >= set(names):
-        shown = ", ".join(names) if len(names) <= MAX_NAMED_MODELS else f"{len(names)} models"
+        shown = ", ".join(md_text(n) for n in names) if len(names) <= MAX_NAMED_MODELS else f"{len(names)} models"
         return shown + " (random weights)"
     if len(names) > MAX_NAMED_MODELS:
         some = sum(n in dummy for n in names)
         return f"{len(names)} models" + (f" ({some} with random weights)" if some else "")
-    return ", ".join(n + (" (random weights)" if n in dummy else "") for n in names)
+    return ", ".join(md_text(n) + (" (random weights)" if n in dummy else "") for n in names)
 
 
 def dummy_models(config: Path | None) -> set[str]:
@@ -138,7 +139,7 @@ def _column(path: Path, name: str) -> list:
 
 
 def _row(root: Path, run: str, config: Path | None) -> str:
-    page = f"[{run}]({paths.RESULTS}/{run}/{RUN_PAGE})"
+    page = f"[{md_text(run)}]({md_url(f'{paths.RESULTS}/{run}/{RUN_PAGE}')})"
     what = measures(config) if config else ""
     dummy = dummy_models(config)
     tables = paths.tables_dir(run, root / paths.RESULTS)
@@ -150,7 +151,7 @@ def _row(root: Path, run: str, config: Path | None) -> str:
         status = _column(tables / "measurements.parquet", "status")
         done = f"{status.count('ok')} of {len(status)}"
         models = _models(list(dict.fromkeys(_column(tables / "measurements.parquet", "model"))), dummy)
-        out = f"[claims]({(tables / 'claims.md').relative_to(root).as_posix()})"
+        out = f"[claims]({md_url((tables / 'claims.md').relative_to(root).as_posix())})"
     elif (pre / summary_json).is_file():
         summary = json.loads((pre / summary_json).read_text())
         verdicts = ", ".join(f"{v} {k}" for k, v in summary["cells"].items())
@@ -158,7 +159,7 @@ def _row(root: Path, run: str, config: Path | None) -> str:
         starts = summary["engines"].get("ok", 0) + summary["engines"].get("failed", 0)
         reps = "one pass per cell"
         models = _models(list(dict.fromkeys(_column(pre / parquet, "model"))), dummy)
-        out = f"[report]({(pre / md).relative_to(root).as_posix()})"
+        out = f"[report]({md_url((pre / md).relative_to(root).as_posix())})"
     elif checks := sorted(paths.run_dir(run, root / paths.RESULTS).glob("fidelity/**/*.json")):
         docs = [json.loads(c.read_text()) for c in checks]
         done = f"{len(docs)} fidelity check" + ("s" if len(docs) != 1 else "")
@@ -230,7 +231,9 @@ def concurrency_summary(root: Path = ROOT) -> str:
     head = ["| run | model | workload | drafter | " + " | ".join(f"b = {b}" for b in cols) + " | b* |"]
     head.append("|---|---|---|---|" + "---|" * len(cols) + "---|")
     body = [
-        f"| {run} | {m} | {w} | {d} | " + " | ".join(curve.get(b, "–") for b in cols) + f" | {bstar} |"
+        f"| {md_text(run)} | {md_text(m)} | {md_text(w)} | {md_text(d)} | "
+        + " | ".join(curve.get(b, "–") for b in cols)
+        + f" | {bstar} |"
         for run, m, w, d, curve, bstar in rows
     ]
     return "\n".join(head + body)
@@ -257,12 +260,12 @@ def fidelity_summary(root: Path = ROOT) -> str:
         d = json.loads(path.read_text())
         ratio, lo, hi = d["ratio_of_medians"], d["ratio_lo"], d["ratio_hi"]
         interval = f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "[–]"
-        link = f"[{d['cell']}](../{path.relative_to(root).as_posix()})"  # the block lives in docs/
+        link = f"[{md_text(d['cell'])}]({md_url('../' + path.relative_to(root).as_posix())})"  # it lives in docs/
         rows.append(
-            f"| {d['run']} | {link} | {d['model_weights']} | {d['runs_each']} "
+            f"| {md_text(d['run'])} | {link} | {md_text(d['model_weights'])} | {d['runs_each']} "
             f"| {d['specsweep_median_tok_s']:,.0f} ({100 * d['specsweep_cv']:.1f} %) "
             f"| {d['harness_median_tok_s']:,.0f} ({100 * d['harness_cv']:.1f} %) | {ratio:.3f} {interval} "
-            f"| {fidelity_verdict(ratio, lo, hi)} | {d['versions'].get('vllm')} |"
+            f"| {fidelity_verdict(ratio, lo, hi)} | {md_text(d['versions'].get('vllm'))} |"
         )
     if len(rows) == 2:
         rows.append("| – | no fidelity check committed | – | – | – | – | – | – | – |")

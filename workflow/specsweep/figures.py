@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from . import stats
 from .claims import R_BAND
+from .escape import MPL_RC
 from .labels import agg_renderer, dodge_1d, place_labels
 from .paths import FIGURES_MANIFEST
 from .view import (
@@ -138,6 +139,7 @@ STYLE: dict[str, Any] = {
     "savefig.bbox": None,
     "savefig.facecolor": "white",
     "figure.facecolor": "white",
+    **MPL_RC,
 }
 
 
@@ -1097,6 +1099,16 @@ R_HEADROOM = 1.3
 CLIP_MARKER = r"$\uparrow$"
 
 
+def _clip_marker() -> Any:
+    """CLIP_MARKER's marker, its path made with mathtext on: the figures' text is drawn with mathtext off
+    (STYLE, escape.MPL_RC), so that a data string with ``$`` in it is drawn as itself."""
+    import matplotlib
+    from matplotlib.markers import MarkerStyle
+
+    with matplotlib.rc_context({"text.parse_math": True}):
+        return MarkerStyle(CLIP_MARKER)
+
+
 def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
     """R against model size on a log y axis that keeps the article's band (1.25-1.40) readable: the axis ends
     a little above the largest median, and a whisker beyond it is clipped at the edge with an arrow and its
@@ -1165,7 +1177,7 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
                 if r_hi > top:  # clipped: an arrow at the edge and the bound beside it
                     k = at_top.get(p.size, 0)
                     at_top[p.size] = k + 1
-                    ax.plot([x], [top], marker=CLIP_MARKER, color=colour, markersize=9, clip_on=False, zorder=5)
+                    ax.plot([x], [top], marker=_clip_marker(), color=colour, markersize=9, clip_on=False, zorder=5)
                     ax.annotate(
                         f"{r_hi:.1f}",
                         (x, top),
@@ -1186,7 +1198,7 @@ def _fig8_r_at_scale(ctx: _Ctx) -> _Needs:
                 Line2D(
                     [],
                     [],
-                    marker=CLIP_MARKER,
+                    marker=_clip_marker(),
                     markersize=9,
                     color="#555555",
                     linestyle="none",

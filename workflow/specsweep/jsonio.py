@@ -96,16 +96,52 @@ def parse_json(text: str, where: str) -> Any:
         raise SpecsweepError(f"{where}: not valid JSON ({type(exc).__name__}: {exc})") from None
 
 
-def read_json(path: Path, what: str = "JSON file") -> Any:
-    """Read a JSON file; a missing, empty, truncated, non-JSON file, a duplicated key, NaN or Infinity is a
-    one-line SpecsweepError."""
+#: The largest JSON or text file a command reads whole (a cell, a replay report, a traffic file): far above any
+#: this pipeline writes, far below what fills the memory of the machine reading it.
+MAX_READ_BYTES = 256 << 20
+
+
+def open_bounded(path: Path, what: str, max_bytes: int = MAX_READ_BYTES) -> Any:
+    """A binary file object of ``path`` when it is a regular file of at most ``max_bytes`` (a device such as
+    /dev/zero, a FIFO or a folder is refused before anything is read); every refusal one line naming it."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # non-blocking: opening a FIFO to read would wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise SpecsweepError(f"{what} {path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecsweepError(f"{what} {path}: cannot be read ({exc})") from None
+    except OSError as exc:
+        raise SpecsweepError(f"{what} {path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SpecsweepError(f"{what} {path}: not a regular file (a device, pipe or folder)")
+    if st.st_size > max_bytes:
+        os.close(fd)
+        raise SpecsweepError(f"{what} {path}: {st.st_size} bytes, more than the {max_bytes} this reads")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_text_bounded(path: Path, what: str, max_bytes: int = MAX_READ_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``max_bytes`` without NUL bytes (binary content); every
+    refusal one line naming the file."""
+    with open_bounded(path, what, max_bytes) as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:  # grew while being read
+        raise SpecsweepError(f"{what} {path}: more than the {max_bytes} bytes this reads")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise SpecsweepError(f"{what} {path}: binary content (a NUL byte at offset {nul}), not text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecsweepError(f"{what} {path}: not UTF-8 text (at byte {exc.start})") from None
+
+
+def read_json(path: Path, what: str = "JSON file", max_bytes: int = MAX_READ_BYTES) -> Any:
+    """Read a JSON file; a missing, empty, truncated, non-JSON file, a duplicated key, NaN or Infinity, a
+    file that is not a regular file or larger than ``max_bytes`` is a one-line SpecsweepError."""
+    text = read_text_bounded(Path(path), what, max_bytes)
     if not text.strip():
         raise SpecsweepError(f"{what} {path}: file is empty")
     return parse_json(text, f"{what} {path}")

@@ -32,6 +32,7 @@ from . import paths, slots
 from .architectures import is_dummy, load_architecture
 from .config import Cell, Study
 from .errors import EngineStartError, SpecsweepError
+from .escape import md_code, md_text
 from .jsonio import atomic_write_bytes, atomic_write_json, read_json
 from .preflight_checks import check_model_dir
 
@@ -239,7 +240,7 @@ def _fmt(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return f"{v:g}"
-    return str(v).replace("|", "\\|")
+    return md_text(v)  # a name, a setting vLLM reported or an error message: data in a table cell
 
 
 def engine_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -295,7 +296,7 @@ def report(study: Study, root: Path | str, out_dir: Path) -> dict[str, Any]:
         "first error",
     ]
     lines = [
-        f"# Preflight of run `{study.run}`",
+        f"# Preflight of run {md_code(study.run)}",
         "",
         f"{len(rows)} cells on {len(engines)} engines (model, ladder step): "
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ import numpy as np
 
 from .config import SPEC_METHODS
 from .errors import SpecsweepError
+from .jsonio import open_bounded
 
 FORMAT = "specsweep-replay/1"
 #: vLLM's defaults (vllm/config/speculative.py): ngram's lookup window when neither bound is given, and the
@@ -65,6 +67,19 @@ SUFFIX_DEFAULTS = {
 }
 #: The context limit when none is given: large enough that no request reaches it.
 UNBOUNDED_LEN = 1 << 30
+#: The drafter's integer settings: (lowest, highest, may be None before vLLM's defaults are filled in). The
+#: highest values are far above any vLLM runs with; they keep a typo from sizing the replay's per-position
+#: counts by it.
+_DRAFTER_INTS = {
+    "num_speculative_tokens": (1, 1024, True),
+    "prompt_lookup_min": (1, UNBOUNDED_LEN, True),
+    "prompt_lookup_max": (1, UNBOUNDED_LEN, True),
+    "suffix_decoding_max_tree_depth": (1, 1024, False),
+    "suffix_decoding_max_cached_requests": (0, UNBOUNDED_LEN, False),
+    "max_model_len": (1, UNBOUNDED_LEN, False),
+}
+#: The drafter's real settings: (lowest, highest), finite.
+_DRAFTER_FLOATS = {"suffix_decoding_max_spec_factor": (0.0, 1e6), "suffix_decoding_min_token_prob": (0.0, 1.0)}
 
 
 @dataclass(frozen=True)
@@ -83,18 +98,20 @@ class Drafter:
 
     def resolved(self) -> Drafter:
         """The settings as vLLM resolves them (its defaults filled in), checked: one line naming the field."""
-        if self.method not in SPEC_METHODS:
-            raise SpecsweepError(f"drafter method '{self.method}': replay knows {' and '.join(SPEC_METHODS)}")
+        if not isinstance(self.method, str) or self.method not in SPEC_METHODS:
+            raise SpecsweepError(f"drafter method {self.method!r}: replay knows {' and '.join(SPEC_METHODS)}")
+        for name, (least, most, optional) in _DRAFTER_INTS.items():
+            v = getattr(self, name)
+            if v is None and optional:
+                continue
+            if not isinstance(v, int) or isinstance(v, bool) or not least <= v <= most:
+                raise SpecsweepError(f"drafter {name} {v!r}: not an integer in [{least}, {most}]")
+        for name, (low, high) in _DRAFTER_FLOATS.items():
+            x = getattr(self, name)
+            if not _real(x, low, high):
+                raise SpecsweepError(f"drafter {name} {x!r}: not a finite number in [{low:g}, {high:g}]")
         k = self.num_speculative_tokens
         if self.method == "suffix":
-            if self.suffix_decoding_max_tree_depth < 1:
-                raise SpecsweepError("suffix_decoding_max_tree_depth must be >= 1")
-            if self.suffix_decoding_max_cached_requests < 0:
-                raise SpecsweepError("suffix_decoding_max_cached_requests must be >= 0")
-            if self.suffix_decoding_max_spec_factor < 0:
-                raise SpecsweepError("suffix_decoding_max_spec_factor must be >= 0")
-            if not 0 <= self.suffix_decoding_min_token_prob <= 1:
-                raise SpecsweepError("suffix_decoding_min_token_prob must be in [0, 1]")
             k = self.suffix_decoding_max_tree_depth if k is None else k  # vLLM's default
             lo, hi = None, None
         else:
@@ -125,7 +142,7 @@ class Drafter:
         """From a cell's settings.ladder.speculative (vLLM's speculative_config keys)."""
         known = {f for f in cls.__dataclass_fields__ if f not in ("max_model_len",)}
         kwargs = {k: v for k, v in spec.items() if k in known}
-        return cls(**kwargs, max_model_len=max_model_len or UNBOUNDED_LEN).resolved()
+        return cls(**kwargs, max_model_len=UNBOUNDED_LEN if max_model_len is None else max_model_len).resolved()
 
 
 @dataclass
@@ -479,6 +496,55 @@ def report(
     }
 
 
+def _count(value: Any, lo: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= lo
+
+
+def _real(value: Any, lo: float, hi: float = math.inf) -> bool:
+    return (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
+    )
+
+
+def check_report(doc: Any, where: str) -> dict[str, Any]:
+    """``doc`` when it is a replay report (`specsweep replay --out`) whose fields the advisor reads have their
+    types and ranges; else one line naming the first field that has not (T: a finite ratio > 0, K >= 1, ...)."""
+
+    def bad(field: str, value: Any, want: str) -> SpecsweepError:
+        return SpecsweepError(f"{where}: {field} is {str(value)[:60]!r}, not {want}")
+
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SpecsweepError(f"{where}: not a replay report (format {FORMAT}: specsweep replay --out)")
+    drafter = doc.get("drafter")
+    if not isinstance(drafter, dict) or drafter.get("method") not in SPEC_METHODS:
+        raise bad("drafter.method", drafter.get("method") if isinstance(drafter, dict) else drafter,
+                  " or ".join(SPEC_METHODS))  # fmt: skip
+    c = doc.get("concurrency")
+    if c is not None and not _count(c, 1):
+        raise bad("concurrency", c, "null or an integer >= 1")
+    o = doc.get("overall")
+    if not isinstance(o, dict):
+        raise bad("overall", o, "an object")
+    if not _count(o.get("requests"), 1):
+        raise bad("overall.requests", o.get("requests"), "an integer >= 1")
+    t = o.get("T")
+    if t is not None and (not _real(t, 0.0) or t == 0):
+        raise bad("overall.T", o.get("T"), "null or a finite ratio > 0")
+    if o.get("K") is not None and not _real(o["K"], 1.0):
+        raise bad("overall.K", o.get("K"), "null or a finite number >= 1")
+    rows = doc.get("per_request")
+    if not isinstance(rows, list) or len(rows) != o["requests"]:
+        raise bad("per_request", f"{type(rows).__name__} of {len(rows) if isinstance(rows, list) else '?'}",
+                  f"a list of overall.requests = {o['requests']} requests")  # fmt: skip
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise bad(f"per_request[{i}]", r, "an object")
+        for key in ("response_tokens", "steps"):
+            if not _count(r.get(key), 1):
+                raise bad(f"per_request[{i}].{key}", r.get(key), "an integer >= 1")
+    return doc
+
+
 @functools.lru_cache(maxsize=512)
 def plain_steps(
     shape: tuple[tuple[int, int, int | None], ...], schedule: str, concurrency: int | None, token_budget: int | None
@@ -622,13 +688,34 @@ def load_tokenizer(path: Path) -> Any:
         raise SpecsweepError(f"tokenizer {path}: cannot be loaded ({type(exc).__name__}: {exc})") from None
 
 
-def load_cell(cell_path: Path, tokenizer: Any | None) -> tuple[list[Request], dict[str, Any], dict[str, Any]]:
-    """A cell's requests, its drafter settings (settings.ladder.speculative) and its engine settings."""
+@dataclass(frozen=True)
+class CellSchedule:
+    """What a cell's timed pass ran under, the defaults of its replay: requests in flight (the cell's b, else
+    the engine's max_num_seqs), the token budget of a step and the context limit."""
+
+    concurrency: int | None
+    token_budget: int | None
+    max_model_len: int | None
+
+
+def cell_schedule(doc: dict[str, Any]) -> CellSchedule:
+    engine = doc["settings"]["engine"]
+    b = doc["settings"]["workload"].get("concurrency")
+    return CellSchedule(
+        engine.get("max_num_seqs") if b is None else b,
+        engine.get("max_num_batched_tokens"),
+        engine.get("max_model_len"),
+    )
+
+
+def load_cell(cell_path: Path, tokenizer: Any | None) -> tuple[list[Request], dict[str, Any], CellSchedule]:
+    """A cell's requests, its drafter settings (settings.ladder.speculative) and what its timed pass ran
+    under (cell_schedule)."""
     from . import cells
 
     doc = cells.load(Path(cell_path))
     spec = doc["settings"]["ladder"].get("speculative") or {}
-    return cell_requests(Path(cell_path), doc, tokenizer), dict(spec), dict(doc["settings"]["engine"])
+    return cell_requests(Path(cell_path), doc, tokenizer), dict(spec), cell_schedule(doc)
 
 
 def cell_requests(cell_path: Path, doc: dict[str, Any], tokenizer: Any | None = None) -> list[Request]:
@@ -642,7 +729,9 @@ def cell_requests(cell_path: Path, doc: dict[str, Any], tokenizer: Any | None = 
         path = Path(cell_path).parent / rec[key]
         if not path.is_file():
             raise SpecsweepError(f"cell {cell_path}: its token file {path} is missing")
-        if hashlib.sha256(path.read_bytes()).hexdigest() != rec[key.replace("file", "sha256")]:
+        with open_bounded(path, "token file") as fh:
+            data = fh.read()
+        if hashlib.sha256(data).hexdigest() != rec[key.replace("file", "sha256")]:
             raise SpecsweepError(f"token file {path}: its sha256 is not the one its cell records")
         files[key] = path
     if tokenizer is not None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from . import paths
 from .config import Study
+from .escape import term_text
 
 STATES = ("done", "failed", "stale", "left")
 
@@ -179,15 +180,15 @@ def render(doc: dict[str, Any], limit: int = 10) -> str:
             lines += ["", f"{title}:"]
             for item in items[:limit]:
                 detail = item[what] if isinstance(item[what], str) else ", ".join(item[what][:6])
-                lines.append(f"  {item['measurement']}: {detail}")
+                lines.append(f"  {term_text(item['measurement'])}: {term_text(detail)}")
             if len(items) > limit:
                 lines.append(f"  ... and {len(items) - limit} more")
     out = doc["outputs"]
     problems = [p for p in (out["tables_problem"], out["figures_problem"]) if p]
     if problems:
-        lines += ["", "outputs:"] + [f"  {p}" for p in problems]
+        lines += ["", "outputs:"] + [f"  {term_text(p)}" for p in problems]
     if out["unchecked"]:
-        lines += ["", "could not check:"] + [f"  {u}" for u in out["unchecked"]]
+        lines += ["", "could not check:"] + [f"  {term_text(u)}" for u in out["unchecked"]]
     if doc["stale"]:
         lines += [
             "",

@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 from . import cells, crossover, hostcpu, inflight, paths, stats
 from .config import Cell, Study
 from .errors import SpecsweepError
+from .escape import md_code, md_text
 from .jsonio import read_json, sha256_obj
 
 F, I, S = pa.float64(), pa.int64(), pa.string()  # noqa: E741 (column-type shorthands)
@@ -857,7 +858,7 @@ def host_cpu_line(docs: dict) -> str:
 
     def label(k: tuple) -> str:
         model, workload, step, _, r = k  # a cell at concurrency b is named `code@b8` already
-        return f"{model}/{workload}/{step} r{r}"
+        return md_text(f"{model}/{workload}/{step} r{r}")
 
     other = [h["other_cores"] for _, h in seen]
     worst_k, worst = max(seen, key=lambda kv: (kv[1]["other_cores"], kv[0]))
@@ -930,7 +931,7 @@ def summary_markdown(
     """The run's summary. A run with a concurrency axis gets a `b` column (– for all prompts at once) and the
     crossovers; other runs' summaries are as they were before that axis existed."""
     axis = any(r["concurrency"] is not None for r in crow)
-    lines = [f"# specsweep run `{study.run}`", ""]
+    lines = [f"# specsweep run {md_code(study.run)}", ""]
     done = sum(1 for r in crow if r["status"] == "ok")
     n_meas = sum(r["n"] for r in crow)
     engines = stats.REPEATS_ARE[study.replication]
@@ -969,7 +970,8 @@ def summary_markdown(
         )
         cv = r.get("output_tok_s_cv")
         lines.append(
-            f"| {r['model']} | {r['workload']} | {r['config']} | {conc}{_fmt(r.get('n_starts'))} | "
+            f"| {md_text(r['model'])} | {md_text(r['workload'])} | {md_text(r['config'])} | "
+            f"{conc}{_fmt(r.get('n_starts'))} | "
             f"{_replication(r)} | "
             f"{_ci(r.get('output_tok_s_median'), r.get('output_tok_s_lo'), r.get('output_tok_s_hi'), 1)} | "
             f"{_fmt(100 * cv, 1) + ' %' if cv is not None else '–'} | "
@@ -1002,7 +1004,7 @@ def summary_markdown(
             "|---|---|---|---|---:|---|",
         ]
         lines += [
-            f"| {x['model']} | {x['workload']} | {x['step']} | "
+            f"| {md_text(x['model'])} | {md_text(x['workload'])} | {md_text(x['step'])} | "
             f"{crossover.shown(x['b_star'], x['b_star_lo'], x['b_star_hi']) if x['b_star'] is not None else '–'} | "
             f"{x['n']} | {x['note']} |"
             for x in xrows
@@ -1012,8 +1014,8 @@ def summary_markdown(
         if group:
             lines += ["", f"## {title}", ""]
             lines += [
-                f"- {_label(r['model'], r['workload'], r['config'], r['concurrency'])} ({r['n']}/{r['repeats']})"
-                + (f": {r['error']}" if r["error"] else "")
+                f"- {md_text(_label(r['model'], r['workload'], r['config'], r['concurrency']))} "
+                f"({r['n']}/{r['repeats']})" + (f": {md_text(r['error'])}" if r["error"] else "")
                 for r in group
             ]
     return "\n".join(lines) + "\n"

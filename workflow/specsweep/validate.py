@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from . import advise, cells, replay
 from .errors import SpecsweepError
+from .escape import md_text
 from .jsonio import atomic_write_json
 
 #: The tolerances the replay is held to (tests/test_replay.py holds the CPU profile's cells to the same):
@@ -92,12 +93,10 @@ def replay_cell(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     spec = doc["settings"]["ladder"].get("speculative") or {}
     if not spec or not doc.get("replay_tokens") or doc.get("status") != "ok":
         return None
-    engine = doc["settings"]["engine"]
     requests = replay.cell_requests(path, doc)
-    drafter = replay.Drafter.from_speculative(dict(spec), engine.get("max_model_len"))
-    b = doc["settings"]["workload"].get("concurrency") or engine.get("max_num_seqs")
-    budget = engine.get("max_num_batched_tokens")
-    return doc, replay.replay_report(requests, drafter, "lockstep", b, budget, str(path))
+    sched = replay.cell_schedule(doc)
+    drafter = replay.Drafter.from_speculative(dict(spec), sched.max_model_len)
+    return doc, replay.replay_report(requests, drafter, "lockstep", sched.concurrency, sched.token_budget, str(path))
 
 
 def _f(x: Any) -> float | None:
@@ -283,7 +282,8 @@ def markdown(run: str, replays: list[dict[str, Any]], adv: list[dict[str, Any]])
     for r in replays:
         ci = "" if r["K_replayed_lo"] is None else f" [{r['K_replayed_lo']:.2f}, {r['K_replayed_hi']:.2f}]"
         out.append(
-            f"| {r['workload']} | {r['method']} | {r['concurrency'] or 'all'} | {r['repeat']} | {r['requests']} | "
+            f"| {md_text(r['workload'])} | {md_text(r['method'])} | {r['concurrency'] or 'all'} | {r['repeat']} | "
+            f"{r['requests']} | "
             f"{_n(r['K_measured'], 3)} | {_n(r['K_replayed'], 3)}{ci} | {_pct(r['K_error'])} | "
             f"{r['drafts_measured']} / {r['drafts_replayed']} |"
         )
@@ -323,7 +323,8 @@ def markdown(run: str, replays: list[dict[str, Any]], adv: list[dict[str, Any]])
         if r["speedup_measured_lo"] is not None:
             m += f" [{r['speedup_measured_lo']:.2f}, {r['speedup_measured_hi']:.2f}]"
         out.append(
-            f"| {r['workload']} | {r['config']} | {r['concurrency'] or 'all'} | {r['n_starts'] or '–'} | {m} | "
+            f"| {md_text(r['workload'])} | {md_text(r['config'])} | {r['concurrency'] or 'all'} | "
+            f"{r['n_starts'] or '–'} | {m} | "
             f"{_n(r['T_measured'])} | {_n(r['T_replayed'])} | {_n(r.get('predicted_other'))} | "
             f"{_pct(r.get('error_other'))} | {_n(r['predicted_same'])} | {_pct(r['error_same'])} |"
         )
