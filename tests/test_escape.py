@@ -71,7 +71,7 @@ def test_figures_draw_a_hostile_workload_name_as_text(tmp_path):
     the same figures drawn as under the ordinary name."""
     from specsweep.figures import render_all
 
-    study = load_study(ROOT / "config" / "h200-suffix-depth.yaml")
+    study = load_study(ROOT / "results" / "h200-suffix-depth" / "config.yaml")
     tables = _hostile_tables(tmp_path, study.run, "chat", HOSTILE)
     with pytest.warns(UserWarning, match="Glyph 27"):  # the ESC character has no glyph: drawn as a box
         manifest = render_all(tables, tmp_path / "figs", study.raw["headline_model"], study.run)
@@ -86,6 +86,7 @@ def test_advise_markdown_and_figure_keep_a_hostile_model_name_inert(tmp_path):
         "rows": [
             {
                 "drafter": "ngram",
+                "step": "ngram|<b>",
                 "concurrency": c,
                 "replay_concurrency": c,
                 "K": 2.0,
@@ -108,6 +109,7 @@ def test_advise_markdown_and_figure_keep_a_hostile_model_name_inert(tmp_path):
     assert title == "# Should speculative decoding be on? " + md_text(HOSTILE)
     assert "\x1b" not in text and not re.search(r"(?<!\\)<img", text)
     assert "Step times from ``results/x`y/tables``" in text
+    assert "(ngram\\|&lt;b&gt;)" in text or "ngram\\|" in text, text  # a step name keeps to its table cell
     advise.figure(adv, tmp_path / "advice.svg")  # mathtext off: no ParseFatalException from the title
 
 
@@ -125,7 +127,7 @@ def test_an_error_message_reaches_the_terminal_without_control_characters(tmp_pa
 
 
 def test_status_prints_a_failure_records_message_inert():
-    study = load_study(ROOT / "config" / "h200.yaml")
+    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
     doc = status.progress(study, ROOT / "results")
     doc["failed"] = 1
     doc["failed_measurements"] = [{"measurement": "m/w/s/r1\x1b[1A", "error": "vLLM said \x1b[2Jboom\nforged line"}]
@@ -138,7 +140,7 @@ def test_summary_markdown_keeps_a_hostile_failure_inert():
     break, HTML or a link in it stays text of that one list item."""
     from specsweep.tables import summary_markdown
 
-    study = load_study(ROOT / "config" / "h200.yaml")
+    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
     row = {"model": "m", "workload": "w", "config": "vanilla", "concurrency": None, "status": "failed", "n": 0,
            "repeats": 3, "error": HOSTILE}  # fmt: skip
     text = summary_markdown(study, [row], [], {})
@@ -156,7 +158,7 @@ def test_claims_table_keeps_a_pipe_in_its_evidence_inside_the_cell():
     """C5's evidence says `mean |K error|`: its pipes split the row into six cells of a four-column table."""
     from specsweep import claims
 
-    study = load_study(ROOT / "config" / "h200.yaml")
+    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
     decided = [{"id": "C5", "claim": "linear K model", "verdict": "confirmed", "rule": "`rule` x",
                 "evidence": "mean |K error| linear 0.83\nnext"}]  # fmt: skip
     row = claims.markdown(study, decided).splitlines()[-1]

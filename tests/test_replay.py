@@ -458,7 +458,9 @@ def test_advise_reads_no_fifo_among_the_configs(tmp_path):
 
     configs = tmp_path / "configs"
     configs.mkdir()
-    shutil.copy(Path(__file__).resolve().parents[1] / "config" / "h200-shapes.yaml", configs)
+    shutil.copy(
+        Path(__file__).resolve().parents[1] / "results" / "h200-shapes" / "config.yaml", configs / "h200-shapes.yaml"
+    )
     os.mkfifo(configs / "a.yaml")
     path = tmp_path / "r.json"
     path.write_text(json.dumps(_report(tmp_path)))

@@ -272,8 +272,9 @@ def test_config_readme_lists_every_allowed_env_name():
 def test_every_committed_config_passes_the_env_allowlist():
     from specsweep.config import load_study
 
-    paths = sorted(ROOT.glob("config/*.yaml")) + sorted(ROOT.glob(".test/config/*.yaml"))
-    assert len(paths) >= 8
+    paths = sorted(ROOT.glob("config/*.yaml")) + sorted(ROOT.glob("results/*/config.yaml"))
+    paths += sorted(ROOT.glob(".test/config/*.yaml"))
+    assert len(paths) >= 20
     for path in paths:
         assert load_study(path).raw["env"] is not None, path
 
