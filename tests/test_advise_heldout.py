@@ -94,3 +94,24 @@ def test_committed_heldout_tables_rerender(tmp_path, monkeypatch):
         assert (tmp_path / "h" / f.name).read_bytes() == f.read_bytes(), f.name
     with pytest.raises(SpecsweepError, match="this run's own tables"):
         validate.heldout(t, [t], tmp_path / "x")
+
+
+def test_heldout_on_the_gpu_bound_8b_shape_across_two_boots():
+    """h200-concurrency-boot2 (the 8B shape measured again on another boot at b = 4, 16, 64 and all at once)
+    predicted with R from h200-concurrency, and the other way round: each prediction pairs the same model,
+    workload, step and b; over both shapes (8B and 32B) and both directions, with R of the same workload,
+    >= 80 % of points within ±10 % and the intervals covering >= 90 %, as the committed tables say."""
+    a, b = RESULTS / "h200-concurrency-boot2" / "tables", RESULTS / "h200-concurrency" / "tables"
+    rows = validate.heldout_rows(a, b, all_at=256) + validate.heldout_rows(b, a, all_at=256)
+    assert len(rows) == 32
+    assert {(r["concurrency"] or 256) for r in rows} == {4, 16, 64, 256}
+    assert all(r["source_model"] == r["model"] == "llama-3.1-8b-dummy" for r in rows)
+    c32 = RESULTS / "h200-concurrency-32b" / "tables", RESULTS / "h200-shapes-reference" / "tables"
+    rows += validate.heldout_rows(*c32, all_at=256) + validate.heldout_rows(*reversed(c32), all_at=256)
+    within = sum(abs(r["error_same"]) <= validate.ADVISE_GOAL for r in rows)
+    covers = sum(bool(r["covers_same"]) for r in rows)
+    assert (len(rows), within, covers) == (40, 33, 37)
+    assert within >= 0.8 * len(rows) and covers >= 0.9 * len(rows)
+    for run, other in (("h200-concurrency-boot2", "h200-concurrency"), ("h200-concurrency", "h200-concurrency-boot2")):
+        text = (RESULTS / run / "validation-heldout" / "validate-heldout.md").read_text()
+        assert f"R from `{other}`, same workload:" in text
