@@ -98,6 +98,9 @@ SPEC_CELL = CELL_DATA / "h200-smollm2-code-ngram.json"
 VANILLA_CELL = CELL_DATA / "h200-smollm2-code-vanilla.json"
 PREFIX = "specsweep: error: "
 
+#: the committed h200-smollm2 run's config (the run these tests copy and damage)
+SMOLLM2_CONFIG = ROOT / "results" / "h200-smollm2" / "config.yaml"
+
 
 def one_line(text: str) -> str:
     """The single line of a message; it is short."""
@@ -1120,7 +1123,7 @@ def test_tables_name_a_cell_edited_since_its_archived_write(tmp_path):
     results = tmp_path / "results"
     for part in ("cells", "archive"):
         shutil.copytree(H200_RUN / part, results / "h200-smollm2" / part)
-    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
+    study = load_study(SMOLLM2_CONFIG)
     assert build_tables(study, results, tmp_path / "ok")["cells"] == 30  # every cell is its archived write
     forged = results / "h200-smollm2" / "cells" / "smollm2-135m-instruct" / "code" / "ngram" / "r1.json"
     doc = json.loads(forged.read_text())
@@ -1153,12 +1156,12 @@ def test_a_missing_archive_is_said_and_recorded(tmp_path, monkeypatch, capsys):
         "h200-smollm2 were edited since specsweep wrote them could not be checked"
     )
     monkeypatch.chdir(tmp_path)
-    config = str(ROOT / "results" / "h200-smollm2" / "config.yaml")
+    config = str(SMOLLM2_CONFIG)
     assert cli.main(["tables", "--config", config, "--results", str(results), "--out", "t"]) == 0
     assert capsys.readouterr().err == f"specsweep: could not check: {line}\n"
     meta = pq.read_schema(tmp_path / "t" / "cells.parquet").metadata
     assert json.loads(meta[b"specsweep.unchecked"]) == [line]
-    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
+    study = load_study(SMOLLM2_CONFIG)
     doc = status.progress(study, results)
     assert doc["outputs"]["unchecked"] == [line]
     assert f"could not check:\n  {line}" in status.render(doc)
@@ -1222,7 +1225,7 @@ def test_status_names_figures_drawn_from_other_tables(tmp_path):
     kill between the two steps) are named by `specsweep status`; so is a table truncated since."""
     from specsweep import status
 
-    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
+    study = load_study(SMOLLM2_CONFIG)
     tables, figures = _committed_outputs(tmp_path)
     drawn = json.loads((figures / "manifest.json").read_text())["tables_manifest_sha256"]
     assert drawn == sha256_file(tables / "MANIFEST.json")  # the committed figures name their tables
@@ -1262,7 +1265,7 @@ def test_failed_render_keeps_the_last_good_figures(tmp_path):
     proc = snakemake(
         tmp_path,
         "--configfile",
-        str(ROOT / "results" / "h200-smollm2" / "config.yaml"),
+        str(SMOLLM2_CONFIG),
         "--cores",
         "1",
         "--allowed-rules",
@@ -1344,18 +1347,10 @@ def test_tables_without_their_manifest_are_said_unchecked(tmp_path, monkeypatch,
         f"tables {tables}: no MANIFEST.json, so whether its files are the ones specsweep wrote could not be checked "
         "(rebuild them: snakemake, or specsweep tables)"
     )
-    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
+    study = load_study(SMOLLM2_CONFIG)
     assert status.outputs(study, tmp_path / "results")["unchecked"] == [line]
     monkeypatch.chdir(tmp_path)
-    args = [
-        "figures",
-        "--config",
-        str(ROOT / "results" / "h200-smollm2" / "config.yaml"),
-        "--tables",
-        str(tables),
-        "--out",
-        "f",
-    ]
+    args = ["figures", "--config", str(SMOLLM2_CONFIG), "--tables", str(tables), "--out", "f"]
     assert cli.main(args) == 0
     assert capsys.readouterr().err == f"specsweep: could not check: {line}\n"
     assert json.loads((tmp_path / "f" / "manifest.json").read_text())["unchecked"] == [line]
@@ -1366,7 +1361,7 @@ def test_figures_without_their_manifest_are_said_unchecked(tmp_path):
     checked, said under "could not check" (it was said nowhere)."""
     from specsweep import status
 
-    study = load_study(ROOT / "results" / "h200-smollm2" / "config.yaml")
+    study = load_study(SMOLLM2_CONFIG)
     _, figures = _committed_outputs(tmp_path)
     manifest = json.loads((figures / "manifest.json").read_text())
     del manifest["tables_manifest_sha256"]
@@ -1390,15 +1385,7 @@ def test_figures_and_validate_refuse_another_runs_tables(tmp_path, monkeypatch, 
     before = {p: p.read_bytes() for p in figures.rglob("*") if p.is_file()}
     other = ROOT / "results" / "h200-shapes-reference" / "tables"
     monkeypatch.chdir(tmp_path)
-    args = [
-        "figures",
-        "--config",
-        str(ROOT / "results" / "h200-smollm2" / "config.yaml"),
-        "--tables",
-        str(other),
-        "--out",
-        str(figures),
-    ]
+    args = ["figures", "--config", str(SMOLLM2_CONFIG), "--tables", str(other), "--out", str(figures)]
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert err == (

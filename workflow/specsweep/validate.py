@@ -58,7 +58,8 @@ REPLAY_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("within", pa.bool_()),
 ]
 
-ADVISE_COLUMNS: list[tuple[str, pa.DataType]] = [
+#: The columns that name a speedup and its measurement, first in the advisor's tables (in-sample and held out).
+SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("model", pa.string()),
     ("workload", pa.string()),
     ("config", pa.string()),
@@ -68,6 +69,10 @@ ADVISE_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("speedup_measured", pa.float64()),
     ("speedup_measured_lo", pa.float64()),
     ("speedup_measured_hi", pa.float64()),
+]
+
+ADVISE_COLUMNS: list[tuple[str, pa.DataType]] = [
+    *SPEEDUP_COLUMNS,
     ("T_measured", pa.float64()),
     ("T_replayed", pa.float64()),
     ("R_same", pa.float64()),
@@ -365,15 +370,7 @@ def validate(cells_dir: Path, tables: Path, out: Path, config_dir: Path | None =
 # ------------------------------------------------------------------------------------------ held out
 
 HELDOUT_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("model", pa.string()),
-    ("workload", pa.string()),
-    ("config", pa.string()),
-    ("method", pa.string()),
-    ("concurrency", pa.int64()),
-    ("n_starts", pa.int64()),
-    ("speedup_measured", pa.float64()),
-    ("speedup_measured_lo", pa.float64()),
-    ("speedup_measured_hi", pa.float64()),
+    *SPEEDUP_COLUMNS,
     ("T", pa.float64()),
     ("T_lo", pa.float64()),
     ("T_hi", pa.float64()),
