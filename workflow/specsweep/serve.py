@@ -54,6 +54,11 @@ HARNESS = "specsweep.serve (vLLM OpenAI API server on loopback, vllm.benchmarks.
 PR_SET_PDEATHSIG = 1
 
 
+class EngineDeadError(SpecsweepError):
+    """vLLM's server is gone or stopped answering: the cell fails and the engine host ends (enginehost ends a
+    host on an error of this name), so no later cell is sent to a dead server."""
+
+
 def free_port() -> int:
     """A TCP port of 127.0.0.1 free now (the server binds it a moment later; a port taken meanwhile fails the
     start with the server's own message)."""
@@ -202,9 +207,18 @@ class ServeEngine:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
+    def _metrics(self) -> dict[str, Any]:
+        """The server's /metrics as a metrics.snapshot."""
+        try:
+            return parse_prometheus(_get(f"{self.base_url}/metrics"))
+        except OSError as exc:  # urllib's URLError is an OSError
+            self._check_alive()
+            raise EngineDeadError(f"serve: the server's /metrics did not answer ({exc})") from None
+
     def _check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
-            raise SpecsweepError("serve: vLLM's server is gone (EngineDeadError)")
+            code = None if self.proc is None else self.proc.returncode
+            raise EngineDeadError(f"serve: vLLM's server is gone (exit code {code})")
 
     def measure(self, cell: Cell, workload_path: Path) -> dict[str, Any]:
         """Reset the prefix cache, warm up (the workload's warm-up prompts, untimed), then time one benchmark
@@ -226,7 +240,11 @@ class ServeEngine:
             wl = {**wl, "prompts": wl["prompts"][: min(len(wl["prompts"]), per_slot * b)]}
         self.measured += 1
         t0 = time.perf_counter()
-        status = _post(f"{self.base_url}/reset_prefix_cache")
+        try:
+            status = _post(f"{self.base_url}/reset_prefix_cache")
+        except OSError as exc:
+            self._check_alive()
+            raise EngineDeadError(f"serve: the server's /reset_prefix_cache did not answer ({exc})") from None
         resets = {"done": ["prefix_cache"], "suffix_responses_evicted": 0, "reset_s": time.perf_counter() - t0}
         if status != 200:
             raise SpecsweepError(f"serve: /reset_prefix_cache answered {status}")
@@ -247,13 +265,14 @@ class ServeEngine:
             self._bench(tokenizer, warm_ids, wl["warmup"], sampling, b, None, {})
         warmup_s = time.perf_counter() - t1
         self._check_alive()
-        before = parse_prometheus(_get(f"{self.base_url}/metrics"))
+        before = self._metrics()
         with GpuSampler(self.spec.tp) as sampler, HostCpuMeter() as host_cpu:
             result = self._bench(
                 tokenizer, timed_ids, wl["prompts"], sampling, b, srv.get("request_rate"), srv.get("goodput_ms") or {}
             )
-        after = parse_prometheus(_get(f"{self.base_url}/metrics"))
+        after = self._metrics()
         failed = [e for e in result.get("errors") or [] if e]
+        self._check_alive()
         if result.get("completed") != len(timed_ids):
             raise SpecsweepError(
                 f"serve: {len(timed_ids) - int(result.get('completed') or 0)} of {len(timed_ids)} requests failed: "
