@@ -132,6 +132,17 @@ def _start(run: dict, step: str) -> subprocess.Popen:
     )
 
 
+def _end(proc: subprocess.Popen, run: dict, server: int | None) -> None:
+    """After a lifecycle check, pass or fail: nothing of it left running (Snakemake, hosts, a server)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    stop_engines(run["work"])
+    if server is not None and _group(server):
+        os.killpg(server, signal.SIGKILL)
+    _unlock(run)
+
+
 def _unlock(run: dict) -> None:
     snakemake(run["work"], "--unlock", "--configfile", str(run["config"]), env=_env())
 
@@ -180,7 +191,7 @@ def test_serve_cells_through_snakemake(serve_run):
 def test_failing_cell_leaves_no_server(serve_run):
     """The server dies under a cell (kill -9 of the server alone): the cell fails with a failure record, the
     engine host ends, and the server's engine processes (its group) go with it."""
-    proc = _start(serve_run, "vanilla")
+    proc, server = _start(serve_run, "vanilla"), None
     try:
         host, server = _server_up(serve_run["work"])
         os.kill(server, signal.SIGKILL)
@@ -190,14 +201,12 @@ def test_failing_cell_leaves_no_server(serve_run):
         record = json.loads(paths.failure(serve_run["work"] / "results", key).read_text())
         assert "server" in record["message"], record["message"]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        stop_engines(serve_run["work"])
+        _end(proc, serve_run, server)
 
 
 def test_ctrl_c_leaves_no_server(serve_run):
     """Ctrl-C (SIGINT to Snakemake's process group) while the server is up: no server is left."""
-    proc = _start(serve_run, "vanilla")
+    proc, server = _start(serve_run, "vanilla"), None
     try:
         host, server = _server_up(serve_run["work"])
         os.killpg(proc.pid, signal.SIGINT)
@@ -205,16 +214,13 @@ def test_ctrl_c_leaves_no_server(serve_run):
         assert _gone(server), f"server {server} left after Ctrl-C"
         assert _gone(host)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        stop_engines(serve_run["work"])
-        _unlock(serve_run)
+        _end(proc, serve_run, server)
 
 
 def test_kill_9_leaves_no_server(serve_run):
     """kill -9 of Snakemake and its job leaves the engine host (its own session) serving until it idles out;
     kill -9 of that host then takes the server and its engine processes with it (PR_SET_PDEATHSIG)."""
-    proc = _start(serve_run, "vanilla")
+    proc, server = _start(serve_run, "vanilla"), None
     try:
         host, server = _server_up(serve_run["work"])
         os.killpg(proc.pid, signal.SIGKILL)
@@ -223,7 +229,4 @@ def test_kill_9_leaves_no_server(serve_run):
         os.kill(host, signal.SIGKILL)
         assert _gone(server), f"server {server} left after kill -9 of its engine host"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        stop_engines(serve_run["work"])
-        _unlock(serve_run)
+        _end(proc, serve_run, server)

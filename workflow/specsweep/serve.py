@@ -177,6 +177,7 @@ class ServeEngine:
         while True:
             code = self.proc.poll()
             if code is not None:
+                _killpg(self.proc.pid, signal.SIGKILL)  # engine processes it may have left in its group
                 self.proc = None
                 raise SpecsweepError(f"serve: vLLM's server exited with code {code} before it was ready (see the log)")
             try:
