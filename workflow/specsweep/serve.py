@@ -35,7 +35,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from . import cells, metrics, provenance, slots, workloads
+from . import cells, enginehost, metrics, provenance, slots, workloads
 from .architectures import tokenizer_path
 from .config import Cell, Study
 from .engine import encode_prompts, engine_identity, engine_key, uses_chat
@@ -157,7 +157,9 @@ class ServeEngine:
     def base_url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
-    def start(self, timeout_s: float = 3600.0) -> None:
+    def start(self, timeout_s: float | None = None) -> None:
+        """Start the server and wait until its /health answers (SPECSWEEP_ENGINE_START_TIMEOUT_S at most)."""
+        timeout_s = enginehost.start_timeout_s() if timeout_s is None else timeout_s
         env = dict(os.environ) | dict(self.identity["env"])
         env["VLLM_SERVER_DEV_MODE"] = "1"  # its /reset_prefix_cache: a reused server looks fresh to each cell
         if Path(self.model).is_dir():
