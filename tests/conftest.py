@@ -27,7 +27,7 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
 
 #: Fixtures that build the real model (or its tokenizer, test_architectures) or run the real pipeline: a test
 #: that uses one is marked slow.
-SLOW_FIXTURES = frozenset({"smollm2", "tiny_run", "conc_run", "tokenizer_dir", "dummy_dirs"})
+SLOW_FIXTURES = frozenset({"smollm2", "tiny_run", "conc_run", "tokenizer_dir", "dummy_dirs", "serve_run"})
 #: The running test, while it runs (set by the autouse fixture below; snakemake() checks its marker).
 _CURRENT: list[pytest.Item] = []
 #: pytest-xdist (`make test` runs two workers): this process's worker ("gw0", "gw1", ...; None without xdist)

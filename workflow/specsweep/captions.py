@@ -262,8 +262,10 @@ def _fig9(data: Tables, _: str) -> str:
         ts = [(b, 1000 * t) for b, c in pts if (r := conc.row(c)) and (t := r.get("tpot_s_median")) is not None]
         if len(ts) > 1:
             tpot.append(f"{m}/{w}/{cfg} {ts[0][1]:.1f} ms at b = {ts[0][0]} → {ts[-1][1]:.1f} ms at b = {ts[-1][0]}")
+    bases = sorted({str(r["baseline"]) for r in conc.speedup.values() if r.get("baseline")} | {data.baseline})
+    over = data.baseline if len(bases) == 1 else f"its baseline ({' or '.join(bases)}, of the step's own mode)"
     return (
-        f"Speedup of each drafter over {data.baseline} at the same concurrency b (log axis), with 95 % "
+        f"Speedup of each drafter over {over} at the same concurrency b (log axis), with 95 % "
         "intervals. X marks b*, where the speedup falls through 1, interpolated on log b between the last b "
         "with speedup > 1 and the next with speedup < 1; its band runs from where the interval's lower bound "
         "falls through 1 to where its upper bound does (pointwise intervals, so approximate coverage; an end "

@@ -226,6 +226,13 @@ def _check(doc: dict[str, Any], fail: Fail) -> None:
             "edited by hand?"
         )
 
+    served = settings.get("mode") == "serve"
+    if served != ("serve" in doc):
+        fail(
+            "serve holds the benchmark client's summary, but settings.mode is not serve"
+            if not served
+            else "settings.mode is serve, but the cell has no serve block (the benchmark client's summary)"
+        )
     _check_spec(doc["spec"], settings["ladder"]["speculative"], fail)
     _check_requests(doc, prompts, fail)
     if "engine" in doc and "job" in doc:  # specsweep-cell/2

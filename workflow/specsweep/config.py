@@ -86,6 +86,7 @@ class LadderStep:
     compilation: dict[str, Any] | None = None
     engine: dict[str, Any] | None = None  # engine keys this step overrides (e.g. async_scheduling: false)
     env: dict[str, str] | None = None  # environment this step adds (e.g. VLLM_USE_V2_MODEL_RUNNER: "0")
+    mode: str | None = None  # offline or serve; None: the run's `mode`
 
     @property
     def method(self) -> str:
@@ -190,6 +191,24 @@ class Study:
     def baseline(self) -> str:
         """The ladder step every other step is compared with (config key `baseline`)."""
         return self.raw["baseline"]
+
+    def mode(self, step: str) -> str:
+        """How a ladder step's cells are measured: `offline` (the engine in process) or `serve` (vLLM's
+        OpenAI-compatible server driven by vLLM's benchmark client): the step's `mode`, else the run's."""
+        return self.ladder[step].mode or str(self.raw.get("mode", "offline"))
+
+    def baseline_of(self, step: str) -> str:
+        """The baseline a step is compared with: like with like, a serve-mode step only with a serve-mode
+        baseline (`serve.baseline` when `baseline` is an offline step), an offline step with `baseline`."""
+        serve_base = (self.raw.get("serve") or {}).get("baseline")
+        if serve_base is not None and self.mode(step) == "serve":
+            return str(serve_base)
+        return self.baseline
+
+    @property
+    def baselines(self) -> frozenset[str]:
+        """Every step that is some step's baseline."""
+        return frozenset(self.baseline_of(s) for s in self.ladder)
 
     @property
     def schedule_seed(self) -> int:
@@ -348,7 +367,7 @@ class Study:
                 value = self.raw["workloads"][cell.base_workload].get(key)
                 if value is not None:
                     workload[key] = value
-        extra = self.suffix_cache_setting(cell) | self.draft_setting(cell)
+        extra = self.suffix_cache_setting(cell) | self.draft_setting(cell) | self.serve_setting(cell)
         return {
             "model": {k: v for k, v in model.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)},
             "workload": workload,
@@ -374,6 +393,15 @@ class Study:
         if draft is None:
             return {}
         return {"draft_model": {k: v for k, v in draft.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)}}
+
+    def serve_setting(self, cell: Cell) -> dict[str, Any]:
+        """A serve-mode cell's mode and how the benchmark client drives the server (hashed only for serve-mode
+        cells: an offline cell's settings, and hash, are those of cells measured before the mode existed)."""
+        if self.mode(cell.step) != "serve":
+            return {}
+        srv = self.raw.get("serve") or {}
+        goodput = {k: v for k, v in sorted((srv.get("goodput") or {}).items()) if v is not None}
+        return {"mode": "serve", "serve": {"request_rate": srv.get("request_rate"), "goodput_ms": goodput}}
 
     def suffix_cache_setting(self, cell: Cell) -> dict[str, str]:
         """What a suffix cell's drafter may draft from after the warm-up, where it is hashed: only for suffix
@@ -654,6 +682,7 @@ def _check_ladder(study: Study, source: str) -> None:
             compilation=step.get("compilation"),
             engine=step.get("engine") or None,
             env=step.get("env") or None,
+            mode=step.get("mode"),
         )
     if study.raw["baseline"] not in study.ladder:
         raise SpecsweepError(
@@ -661,6 +690,30 @@ def _check_ladder(study: Study, source: str) -> None:
         )
     if study.ladder[study.raw["baseline"]].speculative:
         raise SpecsweepError(f"{source}: baseline: '{study.raw['baseline']}' is speculative; the baseline must not be")
+    _check_serve(study, source)
+
+
+def _check_serve(study: Study, source: str) -> None:
+    """Like with like: every step has a baseline of its own mode (`serve.baseline` names the serve-mode one
+    when `baseline` is offline), and that baseline does not speculate."""
+    serve_base = (study.raw.get("serve") or {}).get("baseline")
+    if serve_base is not None:
+        if serve_base not in study.ladder:
+            raise SpecsweepError(
+                f"{source}: serve.baseline: unknown ladder step '{serve_base}' (known: {', '.join(study.ladder)})"
+            )
+        if study.mode(serve_base) != "serve":
+            raise SpecsweepError(f"{source}: serve.baseline: '{serve_base}' is an offline step; it must be mode: serve")
+        if study.ladder[serve_base].speculative:
+            raise SpecsweepError(f"{source}: serve.baseline: '{serve_base}' is speculative; the baseline must not be")
+    for name in study.ladder:
+        base = study.baseline_of(name)
+        if study.mode(name) != study.mode(base):
+            hint = "; name a serve-mode vanilla step in serve.baseline" if study.mode(name) == "serve" else ""
+            raise SpecsweepError(
+                f"{source}: ladder.{name}: mode {study.mode(name)}, but its baseline '{base}' is mode "
+                f"{study.mode(base)} (a cell is compared only with a baseline of its own mode{hint})"
+            )
 
 
 def _check_drafts(study: Study, source: str) -> None:

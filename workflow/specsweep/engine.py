@@ -92,7 +92,7 @@ def cell_env(study: Study, cell: Cell) -> dict[str, str]:
 
 def engine_identity(study: Study, cell: Cell, model: str, repeat: int) -> dict[str, Any]:
     """What defines an engine: cells whose identity is equal may be measured by one engine instance."""
-    return {
+    identity = {
         "run": study.run,
         "model": cell.model,
         "config": cell.step,  # the ladder step, under the key the engine keys were first hashed with
@@ -100,6 +100,9 @@ def engine_identity(study: Study, cell: Cell, model: str, repeat: int) -> dict[s
         "kwargs": engine_kwargs(study, cell, model),
         "env": cell_env(study, cell),
     }
+    if study.mode(cell.step) == "serve":  # vLLM's server (specsweep.serve); offline engines keep their keys
+        identity["mode"] = "serve"
+    return identity
 
 
 def engine_key(identity: dict[str, Any]) -> str:

@@ -1278,7 +1278,10 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
     legend_in = 0.18 * max(legend_rows, -(-len(steps) * len(workloads) // 2))
     rows = max(len(models), 1)
     size = (11.0, 0.9 + 3.6 * rows + legend_in)
-    title = f"Speedup over {data.baseline} at the same concurrency b, and time per output token, against b"
+    # a run with serve-mode steps may have a second baseline (serve.baseline): each speedup is over its own
+    bases = sorted({str(r["baseline"]) for r in data.speedup.values() if r.get("baseline")} | {data.baseline})
+    over = data.baseline if len(bases) == 1 else f"{' or '.join(bases)} (each step's own mode)"
+    title = f"Speedup over {over} at the same concurrency b, and time per output token, against b"
     with ctx.figure(
         CONCURRENCY_FIGURE, needs, size, 2, title, data=data, nrows=rows, bottom_in=0.55 + legend_in
     ) as axes:
@@ -1335,7 +1338,7 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
             _n_labels(bx, labels_b)
             for a in (ax, bx):
                 _b_axis(a, bs)
-            ax.set_ylabel(f"speedup over {data.baseline} (same b)")
+            ax.set_ylabel(f"speedup over {data.baseline if len(bases) == 1 else 'its baseline'} (same b)")
             ax.set_title(f"a) {model}: speedup, 95 % intervals; X = b*, band = its interval", loc="left", fontsize=8)
             bx.set_ylabel("TPOT, ms (median over requests)")
             bx.set_title(f"b) {model}: time per output token", loc="left", fontsize=8)

@@ -9,13 +9,14 @@ import functools
 import hashlib
 import os
 import platform
+import signal
 import socket
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from . import cells, enginehost, inflight, metrics, paths, preflight_checks, provenance, slots, workloads
+from . import cells, enginehost, inflight, metrics, paths, preflight_checks, provenance, serve, slots, workloads
 from .architectures import tokenizer_path
 from .config import Cell, Study
 from .engine import (
@@ -255,10 +256,34 @@ def run_engine_host(
     enginehost.check_knobs()
     d = enginehost.engine_dir()  # the folder and its socket path are checked before the engine start
     model = resolve_model(study, cell, model_path)
-    engine = Engine(study, cell, model, repeat)
+    served = study.mode(cell.step) == "serve"
+    engine: Engine | serve.ServeEngine = (serve.ServeEngine if served else Engine)(study, cell, model, repeat)
     if engine.key != key:
         raise SpecsweepError(f"engine {key}: the config now gives engine {engine.key} (config changed?)")
     held = [x for x in os.environ.get("SPECSWEEP_HOST_SLOTS", "").split(",") if x]
+    if served:  # SIGTERM ends the host through its `finally`, which ends the server
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        _host(study, cell, repeat, key, token, d, held, engine)
+    finally:
+        if isinstance(engine, serve.ServeEngine):
+            engine.close()
+
+
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _host(
+    study: Study,
+    cell: Cell,
+    repeat: int,
+    key: str,
+    token: str | None,
+    d: Path,
+    held: list[str],
+    engine: Engine | serve.ServeEngine,
+) -> None:
     starting = enginehost.Activity(d, "engine start", {"run": study.run, "key": key, "cell": None, "slots": held})
     try:
         engine.start()
@@ -297,7 +322,10 @@ def run_engine_host(
             raw = engine.measure(c, wl_path)
         finally:
             near = activity.end()
-        doc = build_doc(study, c, r, wl_path, engine, raw)
+        if isinstance(engine, serve.ServeEngine):
+            doc = serve.build_doc(study, c, r, wl_path, engine, raw)
+        else:
+            doc = build_doc(study, c, r, wl_path, engine, raw)
         doc["beside"] = {"side_by_side": side, "activities": near}
         return doc
 
@@ -531,6 +559,17 @@ def run_cell(
                 "slots": host["slots"],
                 "cpus": host["cpus"],
             }
+        elif study.mode(cell.step) == "serve":
+            served = serve.ServeEngine(study, cell, model, key.repeat)
+            t0 = time.time()
+            try:
+                served.start()
+                wait_s = time.time() - t0
+                raw = served.measure(cell, Path(workload_path))
+                doc = serve.build_doc(study, cell, key.repeat, Path(workload_path), served, raw)
+            finally:
+                served.close()
+            doc["engine"] |= {"host_pid": os.getpid(), "spawned_at": t0, "spawned_by_this_job": True}
         else:
             engine = Engine(study, cell, model, key.repeat)
             t0 = time.time()

@@ -243,6 +243,9 @@ def comparable(doc: dict[str, Any], levers: tuple[set[str], set[str]] | None = N
         "device_count": prov["device"]["count"],
         "driver": prov["device"].get("driver"),
         "harness": prov.get("harness"),
+        # offline (in process) or serve (vLLM's server and benchmark client): a serve cell only beside serve cells
+        "mode": s.get("mode", "offline"),
+        "serve": s.get("serve"),
         "dtype": eff["dtype"],
         "kv_cache_dtype": eff["kv_cache_dtype"],
         "sampling": s["sampling"],
@@ -520,10 +523,10 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
 def _match_baseline(study: Study, rows: list[dict[str, Any]], docs: dict) -> None:
     """prompts_match_baseline: prompts whose output tokens equal the baseline's (same repeat), token for token."""
     for r in rows:
-        if r["status"] != "ok" or r["config"] == study.baseline:
+        if r["status"] != "ok" or r["config"] in study.baselines:
             continue
         bk = _b(r["concurrency"])
-        ref = docs.get((r["model"], r["workload"], study.baseline, bk, r["repeat"]))
+        ref = docs.get((r["model"], r["workload"], study.baseline_of(r["config"]), bk, r["repeat"]))
         if ref is None:
             continue
         mine = docs[(r["model"], r["workload"], r["config"], bk, r["repeat"])]["outputs"]["token_sha256"]
@@ -682,28 +685,28 @@ def speedup_rows(
     pooled = stats.model_spreads(by_metric["output_tok_s"])
     out = []
     for c in crow:
-        if c["config"] == study.baseline:
+        if c["config"] in study.baselines:
             continue
-        b = c["concurrency"]  # like with like: the baseline at the same concurrency, never across b
-        base = by_cell.get((c["model"], c["workload"], study.baseline, b))
+        # like with like: the baseline of the step's own mode (offline or serve) at the same concurrency
+        baseline = study.baseline_of(c["config"])
+        b = c["concurrency"]
+        base = by_cell.get((c["model"], c["workload"], baseline, b))
         row = dict.fromkeys((n for n, _ in SPEEDUP_COLUMNS), None)
         row |= {k: c[k] for k in ("run", "model", "model_params_b", "workload", "config", "method", "concurrency")}
-        row |= {"baseline": study.baseline, "n": c["n"], "n_baseline": base["n"] if base else 0, "status": "missing"}
+        row |= {"baseline": baseline, "n": c["n"], "n_baseline": base["n"] if base else 0, "status": "missing"}
         row |= {"n_starts": c["n_starts"], "n_starts_baseline": base["n_starts"] if base else None}
         if base is None or not c["n"] or not base["n"]:
             out.append(row)
             continue
         mk, wk, ck = c["model"], c["workload"], c["config"]
         spec_docs = [d for (m, w, cc, bk, _), d in sorted(docs.items()) if (m, w, cc, bk) == (mk, wk, ck, _b(b))]
-        base_docs = [
-            d for (m, w, cc, bk, _), d in sorted(docs.items()) if (m, w, cc, bk) == (mk, wk, study.baseline, _b(b))
-        ]
+        base_docs = [d for (m, w, cc, bk, _), d in sorted(docs.items()) if (m, w, cc, bk) == (mk, wk, baseline, _b(b))]
         diff = differing(spec_docs[0], base_docs[0])
         if diff:
             mismatches.append({"cell": _label(mk, wk, ck, b), "between": "baseline", "fields": diff})
             if not allow_mismatch:
                 raise SpecsweepError(
-                    f"cell {_label(mk, wk, ck, b)}: not comparable with its baseline cell ({study.baseline}), "
+                    f"cell {_label(mk, wk, ck, b)}: not comparable with its baseline cell ({baseline}), "
                     f"measured under different {', '.join(diff)} (rerun one of them, or pass --allow-mismatch)"
                 )
         metrics = ("output_tok_s", "step_time_ms", "decode_step_time_ms", "tokens_per_step")
@@ -716,7 +719,7 @@ def speedup_rows(
             c,
             base,
             {m: series(mk, wk, ck, b, m) for m in metrics},
-            {m: series(mk, wk, study.baseline, b, m) for m in metrics},
+            {m: series(mk, wk, baseline, b, m) for m in metrics},
             pooled=pooled.get(mk),
             technical=technical,
         )
@@ -961,7 +964,14 @@ def summary_markdown(
         conc = f"{_fmt(r['concurrency'])} | {_fmt(1000 * tpot if tpot is not None else None, 1)} | " if axis else ""
         conc += f"{_occupancy_text(r)} | " if occ else ""
         verdict = s.get("verdict") or "–"
-        if s and {(r["model"], r["workload"], c, r["concurrency"]) for c in (r["config"], study.baseline)} & low:
+        if (
+            s
+            and {
+                (r["model"], r["workload"], c, r["concurrency"])
+                for c in (r["config"], s.get("baseline") or study.baseline)
+            }
+            & low
+        ):
             verdict += f" (occupancy below {100 * inflight.MIN_OCCUPANCY:.0f} % of b)"
         match = (
             f"{r['prompts_match_baseline_min']}/{r['prompts']}"
