@@ -129,6 +129,26 @@ def test_an_out_of_the_same_kind_and_run_is_replaced(tmp_path, monkeypatch, caps
     assert (project / "other" / "cells.parquet").read_bytes() == b"x"
 
 
+def test_an_out_holding_only_empty_folders_is_replaced(tmp_path, monkeypatch, capsys):
+    """Snakemake makes the folders of a rule's outputs before its job runs (figures/{run}/captions/ for the
+    figures rule), so a first `figures --out` finds its folder holding an empty folder: nothing to lose, it is
+    replaced. A folder holding a file, or a link, deeper down is still refused."""
+    project = _project(tmp_path)
+    monkeypatch.chdir(project)
+    (project / "first" / "captions").mkdir(parents=True)
+    assert _cli(capsys, *FIGURES, "first") == (0, "")
+    assert json.loads((project / "first" / "manifest.json").read_text())["kind"] == "figures"
+    (project / "deep" / "a" / "b").mkdir(parents=True)
+    (project / "deep" / "a" / "b" / "notes.txt").write_text("mine")
+    (project / "linked" / "a").mkdir(parents=True)
+    (project / "linked" / "a" / "to").symlink_to(project / "results")
+    for out in ("deep", "linked"):
+        code, err = _cli(capsys, *FIGURES, out)
+        assert code == 2 and f"output folder {out}: exists and no manifest in it says" in err, err
+    assert (project / "deep" / "a" / "b" / "notes.txt").read_text() == "mine"
+    assert (project / "linked" / "a" / "to").is_symlink()
+
+
 def test_sets_written_before_manifests_named_their_kind(tmp_path):
     """A tables or validation folder whose MANIFEST.json only lists file hashes, and figures whose manifest
     has no kind, are still recognised as what they are (their run unknown, or the figures')."""

@@ -240,8 +240,16 @@ def set_identity(folder: Path) -> tuple[str, str | None] | None:
     return None
 
 
+def _holds_files(folder: Path) -> bool:
+    """Whether anything but folders lies below `folder` (links are not followed, and count as something)."""
+    for root, dirs, files in os.walk(folder):
+        if files or any(os.path.islink(os.path.join(root, d)) for d in dirs):
+            return True
+    return False
+
+
 def check_replaceable(out: Path, kind: str, run: str | None = None) -> None:
-    """Refuse, in one line naming it, to replace the folder `out` unless it does not exist, is empty, or is
+    """Refuse, in one line naming it, to replace the folder `out` unless it does not exist, holds no file, or is
     specsweep's own `kind` output of `run` (set_identity; a set whose manifest does not name its run, or a
     `run` of None, matches any run). Every command that swaps a folder in place calls this first, so a
     mistyped --out (`results/smoke`, `.`, `figures`) is never removed."""
@@ -252,7 +260,7 @@ def check_replaceable(out: Path, kind: str, run: str | None = None) -> None:
         return
     if not out.is_dir():
         raise SpecsweepError(f"output folder {out}: exists and is not a folder; not replaced")
-    if not any(out.iterdir()):
+    if not _holds_files(out):  # empty, or only the empty folders Snakemake makes for a rule's outputs
         return
     got = set_identity(out)
     if got is not None and got[0] == kind and (run is None or got[1] in (None, run)):
