@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -174,6 +175,7 @@ def test_dry_run_commands_resolve_python_from_the_job_environment(checkout, ligh
         ("--configfile", "config/h200-fidelity.yaml"),
         ("fidelity", "--configfile", "config/h200-fidelity.yaml"),
         ("preflight", "--configfile", "config/preflight.yaml"),
+        ("advice", "--configfile", str(_advice_config(checkout, tmp_path))),
     ]
     seen: set[str] = set()
     forbidden = {sys.executable, os.path.realpath(sys.executable), str(Path(sys.executable).parent)}
@@ -193,6 +195,17 @@ def test_dry_run_commands_resolve_python_from_the_job_environment(checkout, ligh
                 assert cmd.count(" -m specsweep.cli ") == cmd.count("python3 -m specsweep.cli "), cmd
                 seen.add(rule)
     assert seen == _shell_rules(), f"rules not seen in a dry run: {_shell_rules() - seen}"
+
+
+def _advice_config(checkout: Path, tmp_path: Path) -> Path:
+    """The CPU profile with an `advice` block: a two-line traffic file of its own, pinned by its sha256."""
+    traffic = tmp_path / "traffic.jsonl"
+    traffic.write_text('{"prompt": "a b c", "response": "a b c"}\n{"prompt": "d e", "response": "d e"}\n')
+    cfg = yaml.safe_load((checkout / "config" / "smoke.yaml").read_text())
+    cfg["advice"] = {"traffic": {"path": str(traffic), "sha256": hashlib.sha256(traffic.read_bytes()).hexdigest()}}
+    path = tmp_path / "advice.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
 
 
 @pytest.mark.slow
@@ -484,8 +497,8 @@ def test_report_of_the_reference_run_holds_descriptions_and_numbers(checkout, li
     html = (tmp_path / "report.html").read_text()
     assert "specsweep measures vLLM" in html and "<strong>h200-smollm2</strong>" in html  # workflow.rst
     manifest = json.loads((ROOT / "figures" / "h200-smollm2" / "manifest.json").read_text())
-    # R from single repeats: not drawn, not reported; no concurrency axis: no figure 9
-    assert list(manifest["left_out"]) == ["fig8_r_at_scale", "fig9_concurrency"]
+    # one model: no size axis; R from single repeats: not drawn, not reported; no concurrency axis: no figure 9
+    assert list(manifest["left_out"]) == ["fig5_model_size", "fig8_r_at_scale", "fig9_concurrency"]
     assert '"figures/h200-smollm2/fig8_r_at_scale.png"' not in html
     for name in manifest["figures"]:
         title = re.match(r"\*\*(.+?)\*\*", (ROOT / "workflow" / "report" / f"{name}.rst").read_text()).group(1)

@@ -389,3 +389,21 @@ onsuccess:
 
 onerror:
     stop_engines()
+
+
+# The advice flow's inputs (rules advice_replay and advise, workflow/rules/report.smk).
+import shlex  # noqa: E402
+
+from specsweep.architectures import tokenizer_path  # noqa: E402
+
+ADVICE = STUDY.advice_replays() if STUDY.raw.get("advice") else {}
+ADVICE_DIR = paths.run_dir(RUN) / "advice"
+ADVICE_REPLAYS = [str(ADVICE_DIR / "replay" / f"{name}.json") for name in ADVICE]
+
+
+def advice_traffic(wildcards) -> list[str]:
+    return [STUDY.raw["advice"]["traffic"]["path"]] if ADVICE else []
+
+
+def advice_model_dir(wildcards) -> list[str]:
+    return model_dir(SimpleNamespace(model=STUDY.advice_model))

@@ -62,23 +62,6 @@ rule figures:
 # The advice flow (`snakemake advice`, config key `advice`): the run's cells of the advice model give the step
 # times (its tables), the traffic file is replayed on the CPU for every ngram and suffix step at every
 # concurrency the run measured, and `specsweep advise` predicts each drafter's speedup from both.
-import shlex  # noqa: E402
-
-from specsweep.architectures import tokenizer_path  # noqa: E402
-
-ADVICE = STUDY.advice_replays() if STUDY.raw.get("advice") else {}
-ADVICE_DIR = paths.run_dir(RUN) / "advice"
-ADVICE_REPLAYS = [str(ADVICE_DIR / "replay" / f"{name}.json") for name in ADVICE]
-
-
-def advice_traffic(wildcards) -> list[str]:
-    return [STUDY.raw["advice"]["traffic"]["path"]] if ADVICE else []
-
-
-def advice_model_dir(wildcards) -> list[str]:
-    return model_dir(SimpleNamespace(model=STUDY.advice_model))
-
-
 rule advice_replay:
     input:
         traffic=advice_traffic,
@@ -120,7 +103,7 @@ rule advise:
         replays=lambda wc, input: " ".join(
             f"--replay {shlex.quote(p)}" for p in input.replays
         ),
-        tables=str(paths.tables_dir(RUN)),
+        tables=lambda wc, input: os.path.dirname(input.tables[0]),
         model=STUDY.advice_model,
         workload=lambda wc: (
             f"--workload {shlex.quote(w)}"
