@@ -11,7 +11,7 @@ import shutil
 import pytest
 import yaml
 
-from conftest import snakemake, stop_engines
+from conftest import CONC_BS, snakemake, stop_engines
 
 #: A small traffic file: prompts whose answers repeat their own words (ngram drafts from the prompt) and a
 #: chat with a recorded assistant turn, in the forms of a dataset workload.
@@ -56,7 +56,7 @@ def test_advice_target_runs_end_to_end_on_cpu(conc_run, tmp_path):
     assert "measure" not in stats and stats.get("advice_replay") == "3", proc.stderr[-3000:]
     out = work / "results" / "conc" / "advice"
     replays = sorted(p.name for p in (out / "replay").iterdir())
-    assert replays == ["ngram.json", "ngram@b1.json", "ngram@b4.json"]
+    assert replays == ["ngram.json", *(f"ngram@b{b}.json" for b in CONC_BS)]
     for name in replays:
         doc = json.loads((out / "replay" / name).read_text())
         assert doc["overall"]["requests"] == len(TRAFFIC) and doc["drafter"]["method"] == "ngram"

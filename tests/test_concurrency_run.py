@@ -32,12 +32,17 @@ def test_speedups_pair_like_with_like_at_each_concurrency(conc_run):
         *((f"code@b{b}", b) for b in BS),
     ]
     assert all(c["status"] == "ok" and c["n"] == 2 for c in cells)
+    # the verdict rule's interval: the between-start spread pooled over every cell of the model
+    groups: dict[tuple, list[float]] = {}
+    for m in meas:
+        groups.setdefault((m["model"], m["workload"], m["config"], m["concurrency"]), []).append(m["output_tok_s"])
+    pooled = stats.pooled_spread(list(groups.values()))
     for s in sp:
         b = s["concurrency"]
         mine = [m["output_tok_s"] for m in meas if (m["config"], m["concurrency"]) == ("ngram", b)]
         theirs = [m["output_tok_s"] for m in meas if (m["config"], m["concurrency"]) == ("vanilla", b)]
         assert len(mine) == len(theirs) == 2
-        assert (s["speedup"], s["speedup_lo"], s["speedup_hi"]) == stats.ratio_ci(mine, theirs), b
+        assert (s["speedup"], s["speedup_lo"], s["speedup_hi"]) == stats.speedup_ci(mine, theirs, pooled), b
     for m in meas:  # the requests in flight vLLM reported, and per-request latency, in every cell at a b
         if m["concurrency"] is not None:
             assert m["max_running"] == m["concurrency"] and 0 < m["mean_running"] <= m["concurrency"]

@@ -44,10 +44,10 @@ def test_report_holds_rendered_figures_and_captions(tiny_run, tmp_path):
     snakemake(work, "--configfile", str(tiny_run["config"]), "--report", str(tmp_path / "report.html"))
     html = (tmp_path / "report.html").read_text()
     entries = {}
-    from specsweep.view import drawn_figures
-
-    drawn = drawn_figures(False)  # the tiny run has no concurrency axis: no figure 9
-    assert "fig9_concurrency" not in html
+    # what the figures' manifest says was drawn: the tiny run has one model (no size axis, figure 5) and no
+    # concurrency axis (no figure 9)
+    drawn = json.loads((work / "figures" / "tiny" / "manifest.json").read_text())["figures"]
+    assert "fig9_concurrency" not in html and "fig5_model_size" not in drawn
     for name in drawn:
         m = re.search(rf'"figures/tiny/{name}\.png": (\{{.*?"data_uri": "(data:image/png[^"]+)"\}})', html)
         assert m, f"{name} is not in the report"
