@@ -333,3 +333,28 @@ def test_code_hash_names_the_code_not_the_checkout(tmp_path):
     rule = copy / "workflow/rules/cells.smk"
     rule.write_text(rule.read_text() + "\n# an edit\n")
     assert provenance.code_state(copy)["sha256"] != here["sha256"]
+
+
+def test_every_subcommand_reads_a_typed_record_of_exactly_its_options():
+    """Each subcommand's function takes a frozen record (specsweep.cliargs) whose fields are exactly the
+    subcommand's options, argparse's dest names: an option added to the parser without its field (or a field
+    without its option) fails here, not as an AttributeError in the one command that reads it."""
+    import argparse
+    import dataclasses
+
+    from specsweep import cli, cliargs
+
+    p = cli.parser()
+    (sub,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    assert len(sub.choices) == 25
+    for name, sp in sub.choices.items():
+        record = sp.get_default("func").record
+        assert issubclass(record, cliargs.Args) and record.__dataclass_params__.frozen, name
+        assert {f.name for f in dataclasses.fields(record)} == {a.dest for a in sp._actions if a.dest != "help"}, name
+    ns = p.parse_args(["tables", "--config", "c.yaml", "--out", "o", "--allow-stale"])
+    args = ns.func.record.of(ns)
+    assert args == cliargs.TablesArgs(
+        config="c.yaml", set=None, results="results", out="o", allow_mismatch=False, allow_stale=True
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        args.out = "elsewhere"
