@@ -358,3 +358,27 @@ def test_every_subcommand_reads_a_typed_record_of_exactly_its_options():
     )
     with pytest.raises(dataclasses.FrozenInstanceError):
         args.out = "elsewhere"
+
+
+@pytest.mark.parametrize(
+    "row, columns",
+    [
+        (tables.MeasurementRow, tables.MEASUREMENT_COLUMNS),
+        (tables.CellRow, tables.CELL_COLUMNS),
+        (tables.SpeedupRow, tables.SPEEDUP_COLUMNS),
+    ],
+)
+def test_typed_rows_are_their_tables_columns(row, columns):
+    """The typed rows (tables.schema) name every column of their table in its order, each with the Python type of
+    its Arrow type (the `_` keys after them are not columns): a column added to a schema without its typed key,
+    or typed otherwise, fails here."""
+    import typing
+
+    import pyarrow as pa
+
+    hints = typing.get_type_hints(row)
+    assert [k for k in hints if not k.startswith("_")] == [n for n, _ in columns]
+    arrow = {float: pa.float64(), int: pa.int64(), str: pa.string(), bool: pa.bool_(), list[int]: pa.list_(pa.int64())}
+    for name, dtype in columns:
+        (python,) = [t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None)]
+        assert arrow[python] == dtype, name

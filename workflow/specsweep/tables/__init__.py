@@ -44,7 +44,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow.csv as pacsv
 
@@ -91,13 +91,21 @@ from .schema import (
     STAT_METRICS,
     STEP_SETTING_COLUMNS,
     B,
+    CellRow,
+    Docs,
     F,
     I,
+    MeasurementRow,
     S,
+    SpeedupRow,
     _table,
 )
 
 __all__ = [
+    "CellRow",
+    "Docs",
+    "MeasurementRow",
+    "SpeedupRow",
     "B",
     "CELL_COLUMNS",
     "CELL_ID_COLUMNS",
@@ -187,11 +195,14 @@ def build_tables(
     s_table = _table(sp, SPEEDUP_COLUMNS, meta)
     # C1-C8 are the article's, about its point (all prompts at once): decided by the cells there; C9 (below b*
     # the drafter pays, above it costs) by the crossovers, for runs with a concurrency axis only
-    at_point = [c for c in crow if c["concurrency"] is None], [s for s in sp if s["concurrency"] is None]
-    decided = claims.decide(study, *at_point, rows, every_cell=crow) + (
-        [claims.decide_c9(study, xrows, sp, rows)] if xrows else []
+    # (claims reads the rows as plain dicts)
+    m_rows = cast("list[dict[str, Any]]", rows)
+    c_rows, s_rows = cast("list[dict[str, Any]]", crow), cast("list[dict[str, Any]]", sp)
+    at_point = [c for c in c_rows if c["concurrency"] is None], [s for s in s_rows if s["concurrency"] is None]
+    decided = claims.decide(study, *at_point, m_rows, every_cell=c_rows) + (
+        [claims.decide_c9(study, xrows, s_rows, m_rows)] if xrows else []
     )
-    readme = claims.readme_sentence(study, crow, sp, decided)
+    readme = claims.readme_sentence(study, c_rows, s_rows, decided)
     if xrows:
         readme += " " + crossover.sentence(xrows, study.baseline)
     csv_buf = io.BytesIO()

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import hostcpu
 from ..config import Study
 from ..escape import md_text
+from .schema import Docs
 
 #: The verdicts that decide (stats.verdict): a speedup row with one of these is a decided cell.
 DECIDED = ("faster", "slower", "equivalent")
 
 
 def gpu_time(
-    study: Study, rows: list[dict[str, Any]], docs: dict, sp: list[dict[str, Any]] | None = None
+    study: Study, rows: Sequence[Mapping[str, Any]], docs: Docs, sp: Sequence[Mapping[str, Any]] | None = None
 ) -> dict[str, Any]:
     """Where the engine-holding time of a run went. An engine's span runs from its host's spawn to the end of
     the last cell job it served (gaps between jobs included); the total is the sum of the spans. With the

@@ -4,13 +4,14 @@ records (failed) or neither (missing), each checked against the run's archive an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import cells, paths
 from ..config import Cell, Study
 from ..errors import SpecsweepError
 from ..jsonio import read_json, sha256_obj
 from .conditions import stale_keys
+from .schema import Docs, MeasurementRow
 
 #: The step counts and times a measurement row copies from its cell's `steps`.
 STEP_KEYS = ("engine_steps", "tokens_per_step", "step_time_ms", "prefill_steps", "decode_steps", "decode_step_time_ms")
@@ -152,10 +153,14 @@ def archive_unchecked(results: Path, run: str, measured: int) -> list[str]:
     return []
 
 
-def load_measurements(study: Study, results: Path, allow_stale: bool = False):
+def load_measurements(
+    study: Study, results: Path, allow_stale: bool = False
+) -> tuple[list[MeasurementRow], Docs, list[dict[str, Any]]]:
     """rows (one per expected measurement), docs {(model, workload, step, b, repeat): doc} (b: the
     concurrency, 0 for all at once), stale list."""
-    rows, docs, stale = [], {}, []
+    rows: list[MeasurementRow] = []
+    docs: Docs = {}
+    stale: list[dict[str, Any]] = []
     edited: list[tuple[str, Path, str]] = []
     for cell, r in sorted(study.schedule(), key=lambda cr: (cr[0], cr[1])):
         key = paths.Key(study.run, cell.model, cell.workload, cell.step, r)
@@ -179,7 +184,7 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
             base |= _measurement_row(doc, str(path))
         elif paths.failure(results, key).is_file():
             base |= {"status": "failed", "error": failure_error(paths.failure(results, key))}
-        rows.append(base)
+        rows.append(cast(MeasurementRow, base))
     if edited:
         label, path, why = edited[0]
         more = f" (and {len(edited) - 1} more: {', '.join(e[0] for e in edited[1:4])})" if len(edited) > 1 else ""
@@ -198,7 +203,7 @@ def load_measurements(study: Study, results: Path, allow_stale: bool = False):
     return rows, docs, stale
 
 
-def _match_baseline(study: Study, rows: list[dict[str, Any]], docs: dict) -> None:
+def _match_baseline(study: Study, rows: list[MeasurementRow], docs: Docs) -> None:
     """prompts_match_baseline: prompts whose output tokens equal the baseline's (same repeat), token for token."""
     for r in rows:
         if r["status"] != "ok" or r["config"] == study.baseline:

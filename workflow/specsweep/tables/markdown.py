@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .. import crossover, inflight, stats
 from ..config import Study
 from ..escape import md_code, md_text
 from .rows import _label
+from .schema import CellRow, SpeedupRow
 
 
 def _fmt(v: Any, digits: int = 2) -> str:
@@ -26,7 +28,7 @@ def _ci(point: Any, lo: Any, hi: Any, digits: int = 2) -> str:
     return f"{point:.{digits}f}" + stats.interval_text(lo, hi, f".{digits}f")
 
 
-def _replication(r: dict[str, Any]) -> str:
+def _replication(r: Mapping[str, Any]) -> str:
     """'engine starts', 'N passes on one engine' (technical replicates) or 'N passes on M engines' (each
     engine start's passes reduced to one value); – for an unmeasured cell."""
     n, starts = r.get("n"), r.get("n_starts")
@@ -39,8 +41,8 @@ def _replication(r: dict[str, Any]) -> str:
 
 def summary_markdown(
     study: Study,
-    crow: list[dict[str, Any]],
-    sp: list[dict[str, Any]],
+    crow: list[CellRow],
+    sp: list[SpeedupRow],
     gt: dict[str, Any],
     xrows: list[dict[str, Any]] | None = None,
     host: str = "",
@@ -138,7 +140,7 @@ def summary_markdown(
     return "\n".join(lines) + "\n"
 
 
-def _occupancy_text(r: dict[str, Any]) -> str:
+def _occupancy_text(r: CellRow) -> str:
     """A cell's occupancy in the summary: its lowest pass's mean requests in flight over b, flagged below
     inflight.MIN_OCCUPANCY; "not recorded" for a cell at b measured before it was recorded."""
     if r["concurrency"] is None or not r.get("n"):
@@ -151,7 +153,7 @@ def _occupancy_text(r: dict[str, Any]) -> str:
     return f"{100 * share:.0f} %" + (" (low)" if r.get("_occupancy_low") else "")
 
 
-def _occupancy_lines(at_b: list[dict[str, Any]], occ: bool, low: set[tuple[Any, ...]]) -> list[str]:
+def _occupancy_lines(at_b: list[CellRow], occ: bool, low: set[tuple[Any, ...]]) -> list[str]:
     """The summary's note on occupancy: which cells at b held fewer than MIN_OCCUPANCY of b in flight, or that
     no cell recorded it."""
     least = f"{100 * inflight.MIN_OCCUPANCY:.0f} %"

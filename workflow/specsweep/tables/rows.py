@@ -5,14 +5,28 @@ from __future__ import annotations
 
 import json
 import statistics
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from .. import inflight, stats
 from ..config import Study
 from ..errors import SpecsweepError
 from .conditions import differing, same_cell_conditions
 from .load import _b, concurrency_of
-from .schema import CELL_COLUMNS, CELL_ID_COLUMNS, LATENCY_METRICS, SPEEDUP_COLUMNS, STAT_METRICS
+from .schema import (
+    CELL_COLUMNS,
+    CELL_ID_COLUMNS,
+    LATENCY_METRICS,
+    SPEEDUP_COLUMNS,
+    STAT_METRICS,
+    CellRow,
+    Docs,
+    MeasurementRow,
+    SpeedupRow,
+)
+
+#: The columns a speedup row takes from its cell row as they are.
+ID_KEYS = ("run", "model", "model_params_b", "workload", "config", "method", "concurrency")
 
 
 def _label(model: str, workload: str, step: str, b: int | None) -> str:
@@ -27,13 +41,14 @@ def _one(values: list[Any]) -> Any:
 
 
 def cell_rows(
-    study: Study, rows: list[dict[str, Any]], docs: dict, allow_mismatch: bool, mismatches: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    out = []
+    study: Study, rows: list[MeasurementRow], docs: Docs, allow_mismatch: bool, mismatches: list[dict[str, Any]]
+) -> list[CellRow]:
+    out: list[CellRow] = []
+    plain = cast("list[dict[str, Any]]", rows)  # read by metric name below
     for cell in study.cells:
         b = concurrency_of(study, cell)
         key = (cell.model, cell.workload, cell.step, b)
-        mine = [r for r in rows if (r["model"], r["workload"], r["config"], r["concurrency"]) == key]
+        mine = [r for r in plain if (r["model"], r["workload"], r["config"], r["concurrency"]) == key]
         ok = [r for r in mine if r["status"] == "ok"]
         first = mine[0]
         row: dict[str, Any] = dict.fromkeys((n for n, _ in CELL_COLUMNS), None)
@@ -90,7 +105,7 @@ def cell_rows(
                 vals = [v for r in ok if (v := r[m]) is not None]
                 row[m] = float(statistics.median(vals)) if vals else None
             row |= _occupancy_of(ok) if b is not None else {}
-        out.append(row)
+        out.append(cast(CellRow, row))
     return out
 
 
@@ -139,12 +154,12 @@ def prompt_interval(
 
 def speedup_rows(
     study: Study,
-    rows: list[dict[str, Any]],
-    crow: list[dict[str, Any]],
-    docs: dict,
+    rows: list[MeasurementRow],
+    crow: list[CellRow],
+    docs: Docs,
     allow_mismatch: bool,
     mismatches: list[dict[str, Any]],
-) -> list[dict[str, Any]]:
+) -> list[SpeedupRow]:
     by_cell = {(c["model"], c["workload"], c["config"], c["concurrency"]): c for c in crow}
 
     by_metric: dict[str, dict[tuple[Any, ...], list[float]]] = {}
@@ -160,18 +175,18 @@ def speedup_rows(
     if "output_tok_s" not in by_metric:
         by_metric["output_tok_s"] = stats.cell_series(rows, "output_tok_s")
     pooled = stats.model_spreads(by_metric["output_tok_s"])
-    out = []
+    out: list[SpeedupRow] = []
     for c in crow:
         if c["config"] == study.baseline:
             continue
         b = c["concurrency"]  # like with like: the baseline at the same concurrency, never across b
         base = by_cell.get((c["model"], c["workload"], study.baseline, b))
-        row = dict.fromkeys((n for n, _ in SPEEDUP_COLUMNS), None)
-        row |= {k: c[k] for k in ("run", "model", "model_params_b", "workload", "config", "method", "concurrency")}
+        row: dict[str, Any] = dict.fromkeys((n for n, _ in SPEEDUP_COLUMNS), None)
+        row |= {k: cast("dict[str, Any]", c)[k] for k in ID_KEYS}
         row |= {"baseline": study.baseline, "n": c["n"], "n_baseline": base["n"] if base else 0, "status": "missing"}
         row |= {"n_starts": c["n_starts"], "n_starts_baseline": base["n_starts"] if base else None}
         if base is None or not c["n"] or not base["n"]:
-            out.append(row)
+            out.append(cast(SpeedupRow, row))
             continue
         mk, wk, ck = c["model"], c["workload"], c["config"]
         spec_docs = [d for (m, w, cc, bk, _), d in sorted(docs.items()) if (m, w, cc, bk) == (mk, wk, ck, _b(b))]
@@ -200,14 +215,14 @@ def speedup_rows(
             pooled=pooled.get(mk),
             technical=technical,
         )
-        row |= {m: c[m] for m in LATENCY_METRICS}
-        out.append(row)
+        row |= {m: cast("dict[str, Any]", c)[m] for m in LATENCY_METRICS}
+        out.append(cast(SpeedupRow, row))
     return out
 
 
 def compare_cells(
-    c: dict[str, Any],
-    base: dict[str, Any],
+    c: Mapping[str, Any],
+    base: Mapping[str, Any],
     mine: dict[str, list[Any]],
     theirs: dict[str, list[Any]],
     pooled: tuple[float, int] | None = None,

@@ -3,7 +3,8 @@ rows by its schema."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 import pyarrow as pa
 
@@ -176,9 +177,233 @@ SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
 CROSSOVER_COLUMNS: list[tuple[str, pa.DataType]] = [(n, pa.type_for_alias(t)) for n, t in crossover.CROSSOVER_COLUMNS]
 
 
-def _table(rows: list[dict[str, Any]], columns: list[tuple[str, pa.DataType]], meta: dict[str, str]) -> pa.Table:
+def _table(rows: Sequence[Mapping[str, Any]], columns: list[tuple[str, pa.DataType]], meta: dict[str, str]) -> pa.Table:
     from ..frames import pandas_metadata  # pd.read_parquet gives each column its meant type
 
     fields = [pa.field(n, t) for n, t in columns]
     schema = pa.schema(fields, metadata={**meta, "pandas": pandas_metadata(pa.schema(fields))})
     return pa.Table.from_pylist([{n: r.get(n) for n, _ in columns} for r in rows], schema=schema)
+
+
+# ------------------------------------------------------------------ the rows, typed (what the code puts in them)
+
+
+#: A run's cell documents by (model, workload, step, b, repeat), b the concurrency (0: all prompts at once).
+Docs = dict[tuple[str, str, str, int, int], dict[str, Any]]
+
+
+class MeasurementRow(TypedDict, total=False):
+    """A row of measurements.parquet (MEASUREMENT_COLUMNS): one expected (cell, repeat), ok, failed or
+    missing; its `_` keys are not columns."""
+
+    run: str
+    model: str
+    model_params_b: float
+    tp: int
+    quantization: str | None
+    workload: str
+    config: str
+    method: str
+    group: str | None
+    repeat: int
+    status: str
+    error: str | None
+    prompts: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    input_tokens_mean: float | None
+    output_tokens_mean: float | None
+    engine_key: str | None
+    engine_position: int | None
+    import_s: float | None
+    engine_start_s: float | None
+    warmup_s: float | None
+    reset_s: float | None
+    gen_wall_s: float | None
+    prefill_probe_s: float | None
+    job_wall_s: float | None
+    output_tok_s: float | None
+    total_tok_s: float | None
+    engine_steps: int | None
+    tokens_per_step: float | None
+    step_time_ms: float | None
+    prefill_steps: int | None
+    decode_steps: int | None
+    decode_step_time_ms: float | None
+    prefill_share: float | None
+    drafts: int | None
+    draft_tokens: int | None
+    accepted: int | None
+    K: float | None
+    alpha: float | None
+    accepted_per_pos: list[int] | None
+    gpu_memory_utilization: float | None
+    cudagraph_mode_requested: str | None
+    cudagraph_mode_effective: str | None
+    async_scheduling: bool | None
+    model_runner: str | None
+    gpu_util_mean: float | None
+    gpu_mem_max_mib: float | None
+    device_name: str | None
+    device_count: int | None
+    vllm_version: str | None
+    prompt_format: str | None
+    prompts_match_baseline: int | None
+    dataset_sha256: str | None
+    config_sha256: str | None
+    cell_path: str
+    concurrency: int | None
+    ttft_s_median: float | None
+    ttft_s_p90: float | None
+    tpot_s_median: float | None
+    tpot_s_p90: float | None
+    decode_tok_s: float | None
+    mean_running: float | None
+    max_running: int | None
+    # not columns: the engine start the pass ran on (the unit of replication) and its occupancy
+    _start: str
+    _occupancy: float | None
+    _occupancy_min: float | None
+    _occupancy_recorded: bool
+
+
+class CellRow(TypedDict, total=False):
+    """A row of cells.parquet (CELL_COLUMNS): one cell, its statistics over repeats; its `_` keys are not
+    columns."""
+
+    run: str
+    model: str
+    model_params_b: float
+    tp: int
+    quantization: str | None
+    workload: str
+    config: str
+    method: str
+    group: str | None
+    status: str
+    n: int
+    n_starts: int | None
+    replication: str | None
+    repeats: int
+    error: str | None
+    output_tok_s_median: float | None
+    output_tok_s_lo: float | None
+    output_tok_s_hi: float | None
+    output_tok_s_cv: float | None
+    K_median: float | None
+    K_lo: float | None
+    K_hi: float | None
+    K_cv: float | None
+    alpha_median: float | None
+    alpha_lo: float | None
+    alpha_hi: float | None
+    alpha_cv: float | None
+    step_time_ms_median: float | None
+    step_time_ms_lo: float | None
+    step_time_ms_hi: float | None
+    step_time_ms_cv: float | None
+    decode_step_time_ms_median: float | None
+    decode_step_time_ms_lo: float | None
+    decode_step_time_ms_hi: float | None
+    decode_step_time_ms_cv: float | None
+    tokens_per_step_median: float | None
+    tokens_per_step_lo: float | None
+    tokens_per_step_hi: float | None
+    tokens_per_step_cv: float | None
+    gpu_util_mean_median: float | None
+    gpu_util_mean_lo: float | None
+    gpu_util_mean_hi: float | None
+    gpu_util_mean_cv: float | None
+    gen_wall_s_median: float | None
+    gen_wall_s_lo: float | None
+    gen_wall_s_hi: float | None
+    gen_wall_s_cv: float | None
+    prefill_share_median: float | None
+    prefill_share_lo: float | None
+    prefill_share_hi: float | None
+    prefill_share_cv: float | None
+    prompts: int | None
+    K_prompts: int | None
+    input_tokens_mean: float | None
+    output_tokens_mean: float | None
+    drafts: int | None
+    draft_tokens: int | None
+    accepted: int | None
+    accepted_per_pos: list[int] | None
+    gpu_memory_utilization: float | None
+    cudagraph_mode_requested: str | None
+    cudagraph_mode_effective: str | None
+    async_scheduling: bool | None
+    model_runner: str | None
+    device_name: str | None
+    vllm_version: str | None
+    prompts_match_baseline_min: int | None
+    concurrency: int | None
+    ttft_s_median: float | None
+    ttft_s_p90: float | None
+    tpot_s_median: float | None
+    tpot_s_p90: float | None
+    decode_tok_s: float | None
+    # not columns: a cell at b, its passes' lowest occupancy (the summary shows it)
+    _occupancy: float | None
+    _occupancy_recorded: bool
+    _occupancy_low: bool
+
+
+class SpeedupRow(TypedDict, total=False):
+    """A row of speedup.parquet (SPEEDUP_COLUMNS): one non-baseline cell against its baseline cell."""
+
+    run: str
+    model: str
+    model_params_b: float
+    workload: str
+    config: str
+    method: str
+    baseline: str
+    status: str
+    n: int
+    n_baseline: int | None
+    n_starts: int | None
+    n_starts_baseline: int | None
+    replication: str | None
+    speedup: float | None
+    speedup_lo: float | None
+    speedup_hi: float | None
+    band: float | None
+    verdict: str | None
+    gain_pct: float | None
+    K: float | None
+    K_lo: float | None
+    K_hi: float | None
+    alpha: float | None
+    R: float | None
+    R_lo: float | None
+    R_hi: float | None
+    R_decode: float | None
+    R_decode_lo: float | None
+    R_decode_hi: float | None
+    T: float | None
+    T_lo: float | None
+    T_hi: float | None
+    output_tok_s: float | None
+    baseline_output_tok_s: float | None
+    tokens_per_step: float | None
+    baseline_tokens_per_step: float | None
+    gen_wall_s: float | None
+    baseline_gen_wall_s: float | None
+    gpu_util_mean: float | None
+    baseline_gpu_util_mean: float | None
+    async_scheduling: bool | None
+    baseline_async_scheduling: bool | None
+    model_runner: str | None
+    baseline_model_runner: str | None
+    cudagraph_mode_effective: str | None
+    baseline_cudagraph_mode_effective: str | None
+    prompts: int | None
+    prompts_match_baseline: int | None
+    concurrency: int | None
+    ttft_s_median: float | None
+    ttft_s_p90: float | None
+    tpot_s_median: float | None
+    tpot_s_p90: float | None
+    decode_tok_s: float | None
