@@ -96,8 +96,10 @@ from .schema import (
     F,
     I,
     MeasurementRow,
+    Mismatch,
     S,
     SpeedupRow,
+    Stale,
     _table,
 )
 
@@ -105,7 +107,9 @@ __all__ = [
     "CellRow",
     "Docs",
     "MeasurementRow",
+    "Mismatch",
     "SpeedupRow",
+    "Stale",
     "B",
     "CELL_COLUMNS",
     "CELL_ID_COLUMNS",
@@ -173,7 +177,7 @@ def build_tables(
     check_replaceable(Path(out), "tables", study.run)  # before the work; write_set checks again
     rows, docs, stale = load_measurements(study, Path(results), allow_stale)
     unchecked = archive_unchecked(Path(results), study.run, len(docs))
-    mismatches: list[dict[str, Any]] = []
+    mismatches: list[Mismatch] = []
     crow = cell_rows(study, rows, docs, allow_mismatch, mismatches)
     sp = speedup_rows(study, rows, crow, docs, allow_mismatch, mismatches)
     xrows = crossover.crossover_rows(sp)

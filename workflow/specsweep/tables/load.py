@@ -11,7 +11,7 @@ from ..config import Cell, Study
 from ..errors import SpecsweepError
 from ..jsonio import read_json, sha256_obj
 from .conditions import stale_keys
-from .schema import Docs, MeasurementRow
+from .schema import Docs, MeasurementRow, Stale
 
 #: The step counts and times a measurement row copies from its cell's `steps`.
 STEP_KEYS = ("engine_steps", "tokens_per_step", "step_time_ms", "prefill_steps", "decode_steps", "decode_step_time_ms")
@@ -155,12 +155,12 @@ def archive_unchecked(results: Path, run: str, measured: int) -> list[str]:
 
 def load_measurements(
     study: Study, results: Path, allow_stale: bool = False
-) -> tuple[list[MeasurementRow], Docs, list[dict[str, Any]]]:
+) -> tuple[list[MeasurementRow], Docs, list[Stale]]:
     """rows (one per expected measurement), docs {(model, workload, step, b, repeat): doc} (b: the
     concurrency, 0 for all at once), stale list."""
     rows: list[MeasurementRow] = []
     docs: Docs = {}
-    stale: list[dict[str, Any]] = []
+    stale: list[Stale] = []
     edited: list[tuple[str, Path, str]] = []
     for cell, r in sorted(study.schedule(), key=lambda cr: (cr[0], cr[1])):
         key = paths.Key(study.run, cell.model, cell.workload, cell.step, r)

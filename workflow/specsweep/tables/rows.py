@@ -22,6 +22,7 @@ from .schema import (
     CellRow,
     Docs,
     MeasurementRow,
+    Mismatch,
     SpeedupRow,
 )
 
@@ -41,7 +42,7 @@ def _one(values: list[Any]) -> Any:
 
 
 def cell_rows(
-    study: Study, rows: list[MeasurementRow], docs: Docs, allow_mismatch: bool, mismatches: list[dict[str, Any]]
+    study: Study, rows: list[MeasurementRow], docs: Docs, allow_mismatch: bool, mismatches: list[Mismatch]
 ) -> list[CellRow]:
     out: list[CellRow] = []
     plain = cast("list[dict[str, Any]]", rows)  # read by metric name below
@@ -158,7 +159,7 @@ def speedup_rows(
     crow: list[CellRow],
     docs: Docs,
     allow_mismatch: bool,
-    mismatches: list[dict[str, Any]],
+    mismatches: list[Mismatch],
 ) -> list[SpeedupRow]:
     by_cell = {(c["model"], c["workload"], c["config"], c["concurrency"]): c for c in crow}
 

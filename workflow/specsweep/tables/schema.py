@@ -4,7 +4,7 @@ rows by its schema."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 import pyarrow as pa
 
@@ -186,6 +186,23 @@ def _table(rows: Sequence[Mapping[str, Any]], columns: list[tuple[str, pa.DataTy
 
 
 # ------------------------------------------------------------------ the rows, typed (what the code puts in them)
+
+
+class Mismatch(TypedDict):
+    """A cell compared across other measurement conditions (tables' metadata specsweep.mismatches): between its
+    repeats or with its baseline cell, and the differing fields."""
+
+    cell: str
+    between: Literal["repeats", "baseline"]
+    fields: list[str]
+
+
+class Stale(TypedDict):
+    """A measurement made with other settings than the config now gives (specsweep.stale): the cell repeat's
+    label and the differing setting keys (dotted)."""
+
+    cell: str
+    keys: list[str]
 
 
 #: A run's cell documents by (model, workload, step, b, repeat), b the concurrency (0: all prompts at once).
