@@ -1220,6 +1220,38 @@ def test_truncated_table_is_one_line_naming_it(tmp_path, name):
     assert refused(Tables.load, tables, "h200-smollm2").startswith(f"tables manifest {tables / 'MANIFEST.json'}: ")
 
 
+def test_every_reader_of_the_tables_checks_their_manifest(tmp_path):
+    """advise, validate, the scenarios' noise, the docs' generated blocks and pairing-check read the tables
+    through the checked reader too: a speedup.parquet rewritten since (still readable Parquet, other bytes) is
+    the same one line naming it, not numbers from a file the tables' MANIFEST.json does not vouch for."""
+    import pyarrow.parquet as pq
+
+    from specsweep import advise, docs, validate, verdictsim
+
+    run = "h200-concurrency"
+    tables = tmp_path / "results" / run / "tables"
+    shutil.copytree(ROOT / "results" / run / "tables", tables)
+    shutil.copy(ROOT / "results" / run / "README.md", tables.parent / "README.md")
+    pq.write_table(pq.read_table(tables / "speedup.parquet"), tables / "speedup.parquet", compression="snappy")
+    (model,) = {r["model"] for r in pq.read_table(tables / "speedup.parquet").to_pylist()}
+    msg = refused(advise.step_time_ratios, tables, model, "ngram", None, ROOT / "config")
+    assert msg.startswith(f"tables {tables / 'speedup.parquet'}: ") and "MANIFEST.json records" in msg
+    assert refused(validate.advise_rows, tables, {}) == msg
+    assert refused(docs.concurrency_summary, tmp_path) == msg
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "workflow" / "scripts" / "pairing-check.py"), str(tables)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and proc.stderr == f"pairing-check: {msg}\n"
+    # the measurements, which the scenarios' noise reads
+    pq.write_table(
+        pq.read_table(tables / "measurements.parquet"), tables / "measurements.parquet", compression="snappy"
+    )
+    msg = refused(verdictsim.measured_noise, tmp_path / "results")
+    assert msg.startswith(f"tables {tables / 'measurements.parquet'}: ") and "MANIFEST.json records" in msg
+
+
 def test_status_names_figures_drawn_from_other_tables(tmp_path):
     """The figures' manifest records the sha256 of the tables' MANIFEST.json: new tables beside old figures (a
     kill between the two steps) are named by `specsweep status`; so is a table truncated since."""

@@ -333,3 +333,52 @@ def test_code_hash_names_the_code_not_the_checkout(tmp_path):
     rule = copy / "workflow/rules/cells.smk"
     rule.write_text(rule.read_text() + "\n# an edit\n")
     assert provenance.code_state(copy)["sha256"] != here["sha256"]
+
+
+def test_every_subcommand_reads_a_typed_record_of_exactly_its_options():
+    """Each subcommand's function takes a frozen record (specsweep.cliargs) whose fields are exactly the
+    subcommand's options, argparse's dest names: an option added to the parser without its field (or a field
+    without its option) fails here, not as an AttributeError in the one command that reads it."""
+    import argparse
+    import dataclasses
+
+    from specsweep import cli, cliargs
+
+    p = cli.parser()
+    (sub,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    assert len(sub.choices) == 25
+    for name, sp in sub.choices.items():
+        record = sp.get_default("func").record
+        assert issubclass(record, cliargs.Args) and record.__dataclass_params__.frozen, name
+        assert {f.name for f in dataclasses.fields(record)} == {a.dest for a in sp._actions if a.dest != "help"}, name
+    ns = p.parse_args(["tables", "--config", "c.yaml", "--out", "o", "--allow-stale"])
+    args = ns.func.record.of(ns)
+    assert args == cliargs.TablesArgs(
+        config="c.yaml", set=None, results="results", out="o", allow_mismatch=False, allow_stale=True
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        args.out = "elsewhere"
+
+
+@pytest.mark.parametrize(
+    "row, columns",
+    [
+        (tables.MeasurementRow, tables.MEASUREMENT_COLUMNS),
+        (tables.CellRow, tables.CELL_COLUMNS),
+        (tables.SpeedupRow, tables.SPEEDUP_COLUMNS),
+    ],
+)
+def test_typed_rows_are_their_tables_columns(row, columns):
+    """The typed rows (tables.schema) name every column of their table in its order, each with the Python type of
+    its Arrow type (the `_` keys after them are not columns): a column added to a schema without its typed key,
+    or typed otherwise, fails here."""
+    import typing
+
+    import pyarrow as pa
+
+    hints = typing.get_type_hints(row)
+    assert [k for k in hints if not k.startswith("_")] == [n for n, _ in columns]
+    arrow = {float: pa.float64(), int: pa.int64(), str: pa.string(), bool: pa.bool_(), list[int]: pa.list_(pa.int64())}
+    for name, dtype in columns:
+        (python,) = [t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None)]
+        assert arrow[python] == dtype, name

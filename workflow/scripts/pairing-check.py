@@ -23,11 +23,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specsweep import stats
+from specsweep.errors import SpecsweepError
+from specsweep.tables import read_parquet
 
 Key = tuple[str, str, object, str]
 
@@ -38,7 +39,7 @@ def rounds(tables: Path, baseline: str) -> dict[Key, tuple[dict[int, float], dic
     path = tables / "measurements.parquet"
     if not path.is_file():
         raise SystemExit(f"pairing-check: {path}: no such file (give a run's tables folder)")
-    rows = pq.read_table(path).to_pylist()
+    rows = read_parquet(tables, "measurements.parquet").to_pylist()
     passes: dict[Key, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["status"] == "ok" and r["output_tok_s"]:
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     # the band each speedup was judged with; speedups whose repeats are passes on one engine are left out
     bands = {
         (r["model"], r["workload"], r.get("concurrency"), r["config"]): r["band"]
-        for r in pq.read_table(args.tables / "speedup.parquet").to_pylist()
+        for r in read_parquet(args.tables, "speedup.parquet").to_pylist()
         if r["replication"] == "engine starts"
     }
     print(
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     measured = [
         r | {"_start": r["engine_key"]}  # one engine key per engine start
-        for r in pq.read_table(args.tables / "measurements.parquet").to_pylist()
+        for r in read_parquet(args.tables, "measurements.parquet").to_pylist()
     ]
     pooled = stats.model_spreads(stats.cell_series(measured, "output_tok_s"))
     narrower = compared = changed = 0
@@ -113,4 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except SpecsweepError as exc:  # a table its MANIFEST.json does not vouch for: one line
+        raise SystemExit(f"pairing-check: {exc}") from None

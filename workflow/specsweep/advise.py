@@ -99,9 +99,9 @@ def step_time_ratios(
     path = Path(tables) / "speedup.parquet"
     if not path.is_file():
         raise SpecsweepError(f"advise: {path} not found (a run's tables folder)")
-    import pyarrow.parquet as pq
+    from .tables import read_parquet
 
-    table = pq.read_table(path).to_pylist()
+    table = read_parquet(Path(tables), "speedup.parquet").to_pylist()
     chosen = ladder_step(table, model, method, step)
     rows = [
         r

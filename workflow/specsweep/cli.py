@@ -34,6 +34,35 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
+from .cliargs import (
+    AdviceReplayArgs,
+    AdviseArgs,
+    BuildModelArgs,
+    BuildTokenizerArgs,
+    CellsArgs,
+    CheckLadderArgs,
+    CodeHashArgs,
+    CorpusArgs,
+    DummyModelArgs,
+    EngineHostArgs,
+    EnginesArgs,
+    FetchModelArgs,
+    FidelityArgs,
+    FiguresArgs,
+    HarnessArgs,
+    ModelRecordArgs,
+    PreflightCellArgs,
+    PreflightReportArgs,
+    ReplayArgs,
+    RestoreArgs,
+    RunCellArgs,
+    StatusArgs,
+    StudyArgs,
+    TablesArgs,
+    ValidateArgs,
+    WorkloadArgs,
+    takes,
+)
 from .errors import SpecsweepError
 from .escape import term_text
 
@@ -93,13 +122,14 @@ def _overrides(items: Sequence[str] | None) -> dict[str, Any]:
     return out
 
 
-def _study(args: argparse.Namespace):
+def _study(args: StudyArgs):
     from .config import load_study
 
     return load_study(args.config, _overrides(args.set))
 
 
-def cmd_cells(args: argparse.Namespace) -> int:
+@takes(CellsArgs)
+def cmd_cells(args: CellsArgs) -> int:
     study = _study(args)
     order = study.schedule()
     for cell, r in order:
@@ -108,7 +138,8 @@ def cmd_cells(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_advice_replay(args: argparse.Namespace) -> int:
+@takes(AdviceReplayArgs)
+def cmd_advice_replay(args: AdviceReplayArgs) -> int:
     """One replay of the advice flow: the config's traffic file under a ladder step's drafter, at a
     concurrency the run measured, with the engine settings of the run's cells (snakemake advice)."""
     from . import datasets, replay
@@ -138,7 +169,8 @@ def cmd_advice_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_check_ladder(args: argparse.Namespace) -> int:
+@takes(CheckLadderArgs)
+def cmd_check_ladder(args: CheckLadderArgs) -> int:
     from . import preflight_checks
 
     study = _study(args)
@@ -150,7 +182,8 @@ def cmd_check_ladder(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_corpus(args: argparse.Namespace) -> int:
+@takes(CorpusArgs)
+def cmd_corpus(args: CorpusArgs) -> int:
     from . import corpus
 
     study = _study(args)
@@ -159,7 +192,8 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_workload(args: argparse.Namespace) -> int:
+@takes(WorkloadArgs)
+def cmd_workload(args: WorkloadArgs) -> int:
     from . import corpus, datasets, workloads
 
     study = _study(args)
@@ -177,14 +211,16 @@ def cmd_workload(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_build_model(args: argparse.Namespace) -> int:
+@takes(BuildModelArgs)
+def cmd_build_model(args: BuildModelArgs) -> int:
     from .model import build_smollm2
 
     build_smollm2(Path(args.out), Path(args.gguf) if args.gguf else None, args.dtype)
     return 0
 
 
-def cmd_fetch_model(args: argparse.Namespace) -> int:
+@takes(FetchModelArgs)
+def cmd_fetch_model(args: FetchModelArgs) -> int:
     from .fetch import fetch_model, is_hub_id
 
     study = _study(args)
@@ -197,14 +233,16 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_model_record(args: argparse.Namespace) -> int:
+@takes(ModelRecordArgs)
+def cmd_model_record(args: ModelRecordArgs) -> int:
     from .fetch import model_record
 
     print(json.dumps(model_record(Path(args.model_dir)), indent=2, sort_keys=True))
     return 0
 
 
-def cmd_code_hash(args: argparse.Namespace) -> int:
+@takes(CodeHashArgs)
+def cmd_code_hash(args: CodeHashArgs) -> int:
     from .provenance import code_state
 
     print(code_state(Path(args.root) if args.root else None)["sha256"])
@@ -220,14 +258,16 @@ def _key_from_path(study: Any, out: Path):
     return root, key
 
 
-def cmd_build_tokenizer(args: argparse.Namespace) -> int:
+@takes(BuildTokenizerArgs)
+def cmd_build_tokenizer(args: BuildTokenizerArgs) -> int:
     from .model import build_smollm2_tokenizer
 
     build_smollm2_tokenizer(Path(args.out), Path(args.gguf) if args.gguf else None)
     return 0
 
 
-def cmd_dummy_model(args: argparse.Namespace) -> int:
+@takes(DummyModelArgs)
+def cmd_dummy_model(args: DummyModelArgs) -> int:
     from .architectures import dummy_model_dir
 
     dummy_model_dir(
@@ -239,7 +279,8 @@ def cmd_dummy_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run_cell(args: argparse.Namespace) -> int:
+@takes(RunCellArgs)
+def cmd_run_cell(args: RunCellArgs) -> int:
     from .runner import run_cell
 
     study = _study(args)
@@ -273,7 +314,8 @@ def cmd_run_cell(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_restore(args: argparse.Namespace) -> int:
+@takes(RestoreArgs)
+def cmd_restore(args: RestoreArgs) -> int:
     """Put the newest archived measurement of a cell repeat back at its path (after a failed or interrupted
     rerun removed it). Every archived write of the repeat must be that cell (run, model, workload with its
     concurrency b, ladder step, repeat: cells.load) stored under its content hash (runner._archive), else
@@ -310,7 +352,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_engine_host(args: argparse.Namespace) -> int:
+@takes(EngineHostArgs)
+def cmd_engine_host(args: EngineHostArgs) -> int:
     from .runner import run_engine_host
 
     study = _study(args)
@@ -321,7 +364,8 @@ def cmd_engine_host(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_preflight_cell(args: argparse.Namespace) -> int:
+@takes(PreflightCellArgs)
+def cmd_preflight_cell(args: PreflightCellArgs) -> int:
     from . import preflight
 
     study = _study(args)
@@ -337,7 +381,8 @@ def cmd_preflight_cell(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_preflight_report(args: argparse.Namespace) -> int:
+@takes(PreflightReportArgs)
+def cmd_preflight_report(args: PreflightReportArgs) -> int:
     from . import preflight
 
     study = _study(args)
@@ -346,7 +391,8 @@ def cmd_preflight_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_engines(args: argparse.Namespace) -> int:
+@takes(EnginesArgs)
+def cmd_engines(args: EnginesArgs) -> int:
     from . import enginehost
 
     d = enginehost.existing_engine_dir()  # nothing to list or stop where there is no folder: none is made
@@ -373,7 +419,8 @@ def _cell_arg(study: Any, text: str) -> Any:
     return study.cell(*parts)
 
 
-def cmd_harness(args: argparse.Namespace) -> int:
+@takes(HarnessArgs)
+def cmd_harness(args: HarnessArgs) -> int:
     from .harness import run_harness
 
     study = _study(args)
@@ -387,7 +434,8 @@ def cmd_harness(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_fidelity(args: argparse.Namespace) -> int:
+@takes(FidelityArgs)
+def cmd_fidelity(args: FidelityArgs) -> int:
     from .harness import run_fidelity
 
     study = _study(args)
@@ -411,7 +459,8 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_tables(args: argparse.Namespace) -> int:
+@takes(TablesArgs)
+def cmd_tables(args: TablesArgs) -> int:
     from .tables import build_tables
 
     study = _study(args)
@@ -428,7 +477,8 @@ def _say_unchecked(lines: Sequence[str]) -> None:
         print(f"specsweep: could not check: {line}"[:400], file=sys.stderr)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+@takes(StatusArgs)
+def cmd_status(args: StatusArgs) -> int:
     from . import status
 
     study = _study(args)
@@ -438,7 +488,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     return status.main(study, results, args.json)
 
 
-def cmd_figures(args: argparse.Namespace) -> int:
+@takes(FiguresArgs)
+def cmd_figures(args: FiguresArgs) -> int:
     """All figures, captions and the manifest, rendered into a staging folder and swapped in as a set."""
     import shutil
 
@@ -487,7 +538,8 @@ def cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
+@takes(ReplayArgs)
+def cmd_replay(args: ReplayArgs) -> int:
     from . import replay
     from .jsonio import atomic_write_json
 
@@ -510,6 +562,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         requests, spec, sched = replay.load_cell(Path(args.cell), tok)
         source = str(args.cell)
     else:
+        assert args.traffic is not None  # argparse's required group: --traffic where --cell is not given
         requests, spec = replay.load_traffic(Path(args.traffic), tok), {}
         source = str(args.traffic)
     spec = spec | given
@@ -541,7 +594,8 @@ def _steps(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def cmd_advise(args: argparse.Namespace) -> int:
+@takes(AdviseArgs)
+def cmd_advise(args: AdviseArgs) -> int:
     from . import advise
     from .jsonio import atomic_write_bytes
 
@@ -561,7 +615,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+@takes(ValidateArgs)
+def cmd_validate(args: ValidateArgs) -> int:
     from . import validate
 
     cells_dir = paths.cells_dir(args.run, args.results)

@@ -31,7 +31,7 @@ through 1 ...`` (the other way: costs at low b, pays at high b) or ``undecided (
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,7 +217,7 @@ def base_workload(workload: str) -> str:
     return split_workload(workload)[0]
 
 
-def crossover_rows(speedup_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def crossover_rows(speedup_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """crossover.parquet's rows from speedup.parquet's: one per (model, workload, drafter step) measured at a
     concurrency (rows whose ``concurrency`` is null, the all-at-once point, are not on the b axis)."""
     curves: dict[tuple[str, str, str], list[Point]] = {}

@@ -133,9 +133,9 @@ def dummy_models(config: Path | None) -> set[str]:
 
 
 def _column(path: Path, name: str) -> list:
-    import pyarrow.parquet as pq
+    from .tables import read_parquet  # checked against the set's MANIFEST.json
 
-    return pq.read_table(path, columns=[name]).column(name).to_pylist()
+    return read_parquet(path.parent, path.name).column(name).to_pylist()
 
 
 def _row(root: Path, run: str, config: Path | None) -> str:
@@ -202,7 +202,7 @@ def concurrency_summary(root: Path = ROOT) -> str:
     """The README's speedup against concurrency: one row per (run, model, workload, drafter) of every committed
     run with a crossover table, the speedup over vanilla at each measured b with its verdict, and b* (or the
     crossings, crossover.describe); a model with random weights is named so in its row."""
-    import pyarrow.parquet as pq
+    from .tables import read_parquet  # checked against the set's MANIFEST.json
 
     rows: list[tuple[str, str, str, str, dict[int, str], str]] = []
     bs: set[int] = set()
@@ -214,7 +214,7 @@ def concurrency_summary(root: Path = ROOT) -> str:
             continue
         # (model, workload, step) -> b -> "speedup verdict", the all-at-once point (no b) left out
         at: dict[tuple[str, str, str], dict[int, str]] = {}
-        for r in pq.read_table(tables / "speedup.parquet").to_pylist():
+        for r in read_parquet(tables, "speedup.parquet").to_pylist():
             if r["concurrency"] is None:
                 continue
             b = int(r["concurrency"])
@@ -222,7 +222,7 @@ def concurrency_summary(root: Path = ROOT) -> str:
             curve = at.setdefault((r["model"], crossover.base_workload(r["workload"]), r["config"]), {})
             if r["speedup"] is not None:
                 curve[b] = f"{r['speedup']:.2f} {r['verdict'].split(' (')[0]}"
-        for x in pq.read_table(tables / "crossover.parquet").to_pylist():
+        for x in read_parquet(tables, "crossover.parquet").to_pylist():
             curve = at.get((x["model"], x["workload"], x["step"]), {})
             if x["step"] != "vanilla-sync" and curve:
                 model = x["model"] + (" (random weights)" if x["model"] in dummy else "")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from . import paths
 from .config import Study
@@ -93,11 +93,12 @@ def progress(study: Study, results: Path) -> dict[str, Any]:
     out["unchecked"] = archive_unchecked(Path(results), study.run, len(docs)) + out["unchecked"]
     stale_by_label = {s["cell"]: s["keys"] for s in stale}
     per_step: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATES, 0))
-    failed, stale_list, wall_by_model = [], [], defaultdict(list)
+    failed, stale_list = [], []
+    wall_by_model: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         label = f"{r['model']}/{r['workload']}/{r['config']}/r{r['repeat']}"
         if r["status"] == "ok":
-            wall_by_model[r["model"]].append(r["job_wall_s"])
+            wall_by_model[r["model"]].append(cast(float, r["job_wall_s"]))  # an ok row has its wall time
             state = "stale" if label in stale_by_label else "done"
             if state == "stale":
                 stale_list.append({"measurement": label, "differing": stale_by_label[label]})

@@ -161,9 +161,9 @@ def advise_rows(
     tables: Path, reports: dict[tuple[str, str, str, int | None], Path], config_dir: Path | None = None
 ) -> list[dict[str, Any]]:
     """The advisor's prediction for every measured (model, workload, drafter, b) against the measurement."""
-    import pyarrow.parquet as pq
+    from .tables import read_parquet
 
-    measured = [r for r in pq.read_table(Path(tables) / "speedup.parquet").to_pylist() if _f(r.get("speedup"))]
+    measured = [r for r in read_parquet(Path(tables), "speedup.parquet").to_pylist() if _f(r.get("speedup"))]
     by_model: dict[str, set[str]] = {}
     for r in measured:
         by_model.setdefault(r["model"], set()).add(r["workload"].split("@")[0])

@@ -299,13 +299,13 @@ def measured_noise(results_dir: Path) -> list[Noise]:
     tok/s (the simulation's noise, sigma), tau (the scatter of a cell's log sd beyond what its starts' degrees of
     freedom give), and the rounds' mean deviation from their cells' means (round effects; round 1 first) in
     units of that sd."""
-    import pyarrow.parquet as pq
+    from .tables import read_parquet
 
     out: list[Noise] = []
     for path in sorted(results_dir.glob("*/tables/measurements.parquet")):
         rows = [
             r | {"_start": r["engine_key"]}  # one engine key per engine start
-            for r in pq.read_table(path).to_pylist()
+            for r in read_parquet(path.parent, path.name).to_pylist()
             if r["status"] == "ok" and r["output_tok_s"]
         ]
         by_model: dict[str, dict[tuple[object, ...], dict[int, list[float]]]] = {}

@@ -1,0 +1,184 @@
+"""The run's summary.md: its cell table, GPU-holding time, occupancy, crossovers and the cells not complete."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import crossover, inflight, stats
+from ..config import Study
+from ..escape import md_code, md_text
+from .rows import _label
+from .schema import CellRow, SpeedupRow
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _ci(point: Any, lo: Any, hi: Any, digits: int = 2) -> str:
+    if point is None:
+        return "–"
+    if lo is None:
+        return _fmt(point, digits)
+    return f"{point:.{digits}f}" + stats.interval_text(lo, hi, f".{digits}f")
+
+
+def _replication(r: Mapping[str, Any]) -> str:
+    """'engine starts', 'N passes on one engine' (technical replicates) or 'N passes on M engines' (each
+    engine start's passes reduced to one value); – for an unmeasured cell."""
+    n, starts = r.get("n"), r.get("n_starts")
+    if not n:
+        return "–"
+    if n == starts:
+        return stats.ENGINE_STARTS
+    return f"{n} {stats.ONE_ENGINE}" if starts == 1 else f"{n} passes on {starts} engines"
+
+
+def summary_markdown(
+    study: Study,
+    crow: list[CellRow],
+    sp: list[SpeedupRow],
+    gt: dict[str, Any],
+    xrows: list[dict[str, Any]] | None = None,
+    host: str = "",
+) -> str:
+    """The run's summary. A run with a concurrency axis gets a `b` column (– for all prompts at once) and the
+    crossovers; other runs' summaries are as they were before that axis existed."""
+    axis = any(r["concurrency"] is not None for r in crow)
+    lines = [f"# specsweep run {md_code(study.run)}", ""]
+    done = sum(1 for r in crow if r["status"] == "ok")
+    n_meas = sum(r["n"] for r in crow)
+    engines = stats.REPEATS_ARE[study.replication]
+    lines.append(
+        f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
+        f"{study.repeats} repeat(s) each, {engines}). n = engine starts. Medians over repeats; "
+        "[95 % interval over engine starts: t on log values (stats.cell_ci), a speedup's as its verdict rule below, "
+        "R's and T's Welch t (stats.ratio_ci); "
+        "none below 2 engine starts]; K and α have no interval here (their interval, over prompts, is in "
+        "cells.parquet where the cells hold per-request data); CV = coefficient of variation of tok/s over repeats."
+    )
+    lines += ["", f"Verdicts: {stats.VERDICT_RULE}"]
+    at_b = [r for r in crow if r["concurrency"] is not None and r.get("n")]
+    occ = any(r.get("_occupancy_recorded") for r in at_b)  # an occupancy column only where a cell records one
+    lines += [
+        "",
+        f"| model | workload | config | {'b | TPOT ms | ' if axis else ''}{'occupancy | ' if occ else ''}n | "
+        "replication | tok/s | CV | speedup | verdict | K | α | R | R decode | T | in/out tokens | match baseline |",
+        f"|---|---|---|{'---:|---:|' if axis else ''}{'---:|' if occ else ''}---:|---|---:|---:|---:|---|"
+        "---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    spk = {(s["model"], s["workload"], s["config"], s["concurrency"]): s for s in sp}
+    low = {(r["model"], r["workload"], r["config"], r["concurrency"]) for r in at_b if r.get("_occupancy_low")}
+    for r in crow:
+        s = spk.get((r["model"], r["workload"], r["config"], r["concurrency"]), {})
+        tpot = r.get("tpot_s_median")
+        conc = f"{_fmt(r['concurrency'])} | {_fmt(1000 * tpot if tpot is not None else None, 1)} | " if axis else ""
+        conc += f"{_occupancy_text(r)} | " if occ else ""
+        verdict = s.get("verdict") or "–"
+        if (
+            s
+            and {
+                (r["model"], r["workload"], c, r["concurrency"])
+                for c in (r["config"], s.get("baseline") or study.baseline)
+            }
+            & low
+        ):
+            verdict += f" (occupancy below {100 * inflight.MIN_OCCUPANCY:.0f} % of b)"
+        match = (
+            f"{r['prompts_match_baseline_min']}/{r['prompts']}"
+            if r.get("prompts_match_baseline_min") is not None
+            else "–"
+        )
+        cv = r.get("output_tok_s_cv")
+        lines.append(
+            f"| {md_text(r['model'])} | {md_text(r['workload'])} | {md_text(r['config'])} | "
+            f"{conc}{_fmt(r.get('n_starts'))} | "
+            f"{_replication(r)} | "
+            f"{_ci(r.get('output_tok_s_median'), r.get('output_tok_s_lo'), r.get('output_tok_s_hi'), 1)} | "
+            f"{_fmt(100 * cv, 1) + ' %' if cv is not None else '–'} | "
+            f"{_ci(s.get('speedup'), s.get('speedup_lo'), s.get('speedup_hi'), 3)} | {verdict} | "
+            f"{_fmt(r.get('K_median'))} | {_fmt(r.get('alpha_median'), 3)} | {_fmt(s.get('R'))} | "
+            f"{_fmt(s.get('R_decode'))} | {_fmt(s.get('T'))} | "
+            f"{_fmt(r.get('input_tokens_mean'), 0)}/{_fmt(r.get('output_tokens_mean'), 0)} | {match} |"
+        )
+    lines += [
+        "",
+        f"GPU-holding time: {gt['total_s']:.1f} s over {gt['engine_starts']} engine start(s), "
+        f"{gt['generating_s']:.1f} s generating (generating_share {_fmt(gt['generating_share'], 3)})."
+        if gt.get("total_s")
+        else "",
+    ]
+    if host:
+        lines += ["", host]
+    lines += _occupancy_lines(at_b, occ, low)
+    if xrows:
+        lines += [
+            "",
+            "## Crossover",
+            "",
+            "b* where each drafter's speedup over the baseline at the same concurrency falls through 1, "
+            "interpolated on log b, with [the b where the interval's lower and upper bounds do], in the "
+            "significant figures the interval supports; given only where the speedup crosses 1 once with both "
+            "ends inside the measured b (otherwise the note names the measured b each crossing lies between).",
+            "",
+            "| model | workload | step | b* [interval] | n | note |",
+            "|---|---|---|---|---:|---|",
+        ]
+        lines += [
+            f"| {md_text(x['model'])} | {md_text(x['workload'])} | {md_text(x['step'])} | "
+            f"{crossover.shown(x['b_star'], x['b_star_lo'], x['b_star_hi']) if x['b_star'] is not None else '–'} | "
+            f"{x['n']} | {x['note']} |"
+            for x in xrows
+        ]
+    for title, status in (("Failed cells", "failed"), ("Partial cells", "partial"), ("Missing cells", "missing")):
+        group = [r for r in crow if r["status"] == status]
+        if group:
+            lines += ["", f"## {title}", ""]
+            lines += [
+                f"- {md_text(_label(r['model'], r['workload'], r['config'], r['concurrency']))} "
+                f"({r['n']}/{r['repeats']})" + (f": {md_text(r['error'])}" if r["error"] else "")
+                for r in group
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def _occupancy_text(r: CellRow) -> str:
+    """A cell's occupancy in the summary: its lowest pass's mean requests in flight over b, flagged below
+    inflight.MIN_OCCUPANCY; "not recorded" for a cell at b measured before it was recorded."""
+    if r["concurrency"] is None or not r.get("n"):
+        return "–"
+    if not r.get("_occupancy_recorded"):
+        return "not recorded"
+    share = r.get("_occupancy")
+    if share is None:
+        return "–"
+    return f"{100 * share:.0f} %" + (" (low)" if r.get("_occupancy_low") else "")
+
+
+def _occupancy_lines(at_b: list[CellRow], occ: bool, low: set[tuple[Any, ...]]) -> list[str]:
+    """The summary's note on occupancy: which cells at b held fewer than MIN_OCCUPANCY of b in flight, or that
+    no cell recorded it."""
+    least = f"{100 * inflight.MIN_OCCUPANCY:.0f} %"
+    if not at_b:
+        return []
+    if not occ:
+        return [
+            "",
+            "Occupancy not recorded: these cells at b were measured before the requests in flight over the whole "
+            "timed pass were recorded, so a cell at b may have held fewer than b on average (one wave of "
+            "requests, its tail draining).",
+        ]
+    out = [
+        "",
+        "Occupancy: the mean requests in flight over each cell's whole timed pass (vLLM's scheduler stats per "
+        f"step), over b, its lowest pass; below {least} a cell's b is not the b it is labelled with, and the "
+        "verdicts it enters carry a note.",
+    ]
+    if low:
+        out += ["", f"Below {least} of b: " + ", ".join(_label(*k) for k in sorted(low, key=str)) + "."]
+    return out
