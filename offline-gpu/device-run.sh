@@ -85,7 +85,8 @@ ours() {
   [[ $pid =~ ^[1-9][0-9]{0,9}$ && $token =~ ^[0-9a-f]{32}$ ]] || return 1
   [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$(id -u)" ] || return 1
   [ "$(ps -o sid= -p "$pid" | tr -d ' ')" = "$pid" ] || return 1
-  tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF "specsweep-detached-$token"
+  # grep reads to the end (no -q): an early exit would SIGPIPE tr, and pipefail would then say "not ours"
+  tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -xF "specsweep-detached-$token" >/dev/null
 }
 
 # a run that has ended: its exit status, the results packed, the engine hosts stopped

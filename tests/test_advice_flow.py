@@ -63,7 +63,7 @@ def test_advice_target_runs_end_to_end_on_cpu(conc_run, tmp_path):
     page = (out / "advice.md").read_text()
     assert page.startswith("# Should speculative decoding be on? smollm2-135m-instruct")
     rows = [line for line in page.splitlines() if line.startswith("| ngram |")]
-    assert [r.split("|")[2].strip() for r in rows] == ["1", "4", "all at once"]
+    assert [r.split("|")[2].strip() for r in rows] == [*(str(b) for b in CONC_BS), "all at once"]
     assert "## Recommendation" in page and (out / "advice.png").stat().st_size > 0
 
 
