@@ -162,7 +162,7 @@ def test_bad_traffic_is_one_line_naming_the_line(tmp_path, capsys, tok_dir):
 
 @pytest.mark.slow
 def test_hostile_traffic_is_one_line_naming_the_file_and_line(tmp_path, capsys, tok_dir, monkeypatch):
-    """Issue 47: a line of nested brackets (RecursionError inside json), a device that never ends, binary
+    """A line of nested brackets (RecursionError inside json), a device that never ends, binary
     content, a file or a line over the bounds: each one line naming the file (and line), nothing written."""
     good = json.dumps({"prompt_token_ids": [1, 2, 3], "response_token_ids": [4, 5]})
     cases = {
@@ -295,7 +295,7 @@ def test_advise_cli_unmeasured_shape_is_one_line_and_writes_nothing(tmp_path, ca
     assert "config.yaml" in err and not out.exists()
 
 
-# ---------------------------------------------------------------------------------------------- issue 47: ranges
+# ------------------------------------------------------------------------------------------------------ ranges
 
 #: A committed cell measured at b = 4 (its engine's max_num_seqs is 256), with its token files.
 CELL_B4 = (
@@ -324,7 +324,7 @@ CELL_B4 = (
     ],
 )
 def test_every_number_a_command_takes_is_range_checked(argv, option, tmp_path, capsys):
-    """Issue 47: `--concurrency 0`, `--token-budget 0` and `--max-model-len -1` became other values (a falsy 0
+    """`--concurrency 0`, `--token-budget 0` and `--max-model-len -1` became other values (a falsy 0
     fell back to the cell's setting) or gave K null with exit 0; NaN and infinity passed as drafter limits.
     Each is now argparse's one-line usage error naming the option, before anything runs."""
     out = tmp_path / "out.json"
@@ -388,7 +388,7 @@ def _advise_err(tmp_path: Path, capsys, replay_path: Path) -> str:
 
 
 def test_advise_refuses_a_replay_report_of_the_wrong_shape(tmp_path, capsys):
-    """Issue 47: a report missing its keys was a KeyError traceback; one with T = -5 gave a negative speedup
+    """A report missing its keys was a KeyError traceback; one with T = -5 gave a negative speedup
     and a recommendation. Every field the advisor reads is checked for its type and range, in one line naming
     the report and the field."""
     good = _report(tmp_path)
