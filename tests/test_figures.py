@@ -332,18 +332,31 @@ def test_a_panel_without_data_is_left_out(tmp_path):
 
 def test_a_run_measured_only_at_concurrencies_plans_figure_9_alone():
     """Figures 1-8 draw the cells of all prompts at once; a run whose groups take only cells at a concurrency b
-    (the CPU profile: code@b1 and chat@b1) plans figure 9 alone and says why for each other figure, so the
-    workflow never waits for a figure the render leaves out."""
+    (code@b1 and chat@b1) plans figure 9 alone and says why for each other figure, so the workflow never waits
+    for a figure the render leaves out. The CPU demo measures both: every figure but the two drawn against model
+    size (one model) is planned."""
     import yaml
 
     from specsweep.config import build_study, load_study
     from specsweep.view import left_out_by_config, planned_figures
 
     demo = load_study(ROOT / "config" / "smoke.yaml")
-    assert {c.workload for c in demo.cells} == {"code@b1", "chat@b1"}
-    left = left_out_by_config(demo)
-    assert planned_figures(demo) == ["fig9_concurrency"] and list(left) == list(FIGURES)
+    assert {"sonnet", "chat", "code", "code@b1", "chat@b1"} <= {c.workload for c in demo.cells}
+    assert set(left_out_by_config(demo)) == {"fig5_model_size", "fig8_r_at_scale"}
+    assert planned_figures(demo) == [
+        s for s in (*FIGURES, "fig9_concurrency") if s not in ("fig5_model_size", "fig8_r_at_scale")
+    ]
+    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    cfg["groups"]["demo"]["workloads"] = ["code@b1", "chat@b1"]
+    at_b = build_study(cfg)
+    left = left_out_by_config(at_b)
+    assert planned_figures(at_b) == ["fig9_concurrency"] and list(left) == list(FIGURES)
     assert all(why.startswith("no cell with all prompts at once") for why in left.values())
+    # a headline step the run does not measure: figures 1 and 6 are left out, naming it
+    cfg["groups"]["demo"]["workloads"] = ["code", "chat"]
+    no_head = left_out_by_config(build_study({**cfg, "headline_step": "trident"}))
+    assert no_head["fig1_headline"].startswith("headline_step 'trident' is not a step the headline model")
+    assert "fig6_gpu_util" in no_head and "fig2_r_vs_k_code" not in no_head
     # one workload at the article's point as well: figures 1-8 are planned again (those its workloads allow)
     cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
     cfg["groups"]["demo"]["workloads"] = ["code", "chat@b1"]

@@ -108,10 +108,11 @@ def _step(data: Tables, model: str, step: str) -> str:
 
 def _fig1(data: Tables, m: str) -> str:
     ws = data.workloads(m, canonical_all=False)
+    step = data.headline_step
     return (
-        f"{_step(data, m, data.baseline)} vs {_step(data, m, HEADLINE_STEP)}: output throughput per "
+        f"{_step(data, m, data.baseline)} vs {_step(data, m, step)}: output throughput per "
         "workload. Gain per workload [95 % interval] and verdict: "
-        + "; ".join(f"{_e(w)} {_gain(data, (m, w, HEADLINE_STEP))}" for w in ws)
+        + "; ".join(f"{_e(w)} {_gain(data, (m, w, step))}" for w in ws)
         + "."
     )
 
@@ -181,7 +182,7 @@ def _fig5(data: Tables, _: str) -> str:
 
 def _fig6(data: Tables, m: str) -> str:
     util = {}
-    for c in (data.baseline, HEADLINE_STEP):
+    for c in (data.baseline, data.headline_step):
         vals = [
             v.point
             for w in data.workloads(m, canonical_all=False)
@@ -298,6 +299,7 @@ def captions(
     *,
     dummy: Iterable[str] = (),
     left_out: Iterable[str] = (),
+    headline_step: str = HEADLINE_STEP,
 ) -> dict[str, str]:
     """One caption per figure of FIGURES the run gets (drawn_figures) and draws, in that order. ``run``: the
     tables' run (default: their only run); ``r_runs``: other runs figure 8 draws R of (config r_at_scale_runs);
@@ -313,6 +315,7 @@ def captions(
         run = (meta.get(b"specsweep.run") or b"").decode() or ctab.column("run")[0].as_py()
     data = Tables.load(Path(tables), run)
     data.dummy = frozenset(dummy)
+    data.headline_step = headline_step
 
     def footer(d: Tables, models: Sequence[str] = (headline,)) -> str:
         """The run's conditions and n, from the cells of ``models`` (the headline model, or every model of the
@@ -364,9 +367,11 @@ def write_captions(
     *,
     dummy: Iterable[str] = (),
     left_out: Iterable[str] = (),
+    headline_step: str = HEADLINE_STEP,
 ) -> list[Path]:
     paths = []
-    for name, text in captions(tables, headline, run, r_runs, dummy=dummy, left_out=left_out).items():
+    texts = captions(tables, headline, run, r_runs, dummy=dummy, left_out=left_out, headline_step=headline_step)
+    for name, text in texts.items():
         path = Path(out_dir) / f"{name}.rst"
         atomic_write_bytes(path, (text + "\n").encode())
         paths.append(path)

@@ -521,6 +521,7 @@ def cmd_figures(args: FiguresArgs) -> int:
             dummy=dummy,
             left_out=left_out_by_config(study),
             unchecked=unchecked,
+            headline_step=study.headline_step,
         )
         write_captions(
             Path(args.tables),
@@ -529,6 +530,7 @@ def cmd_figures(args: FiguresArgs) -> int:
             r_runs=r_runs,
             dummy=dummy,
             left_out=manifest["left_out"],
+            headline_step=study.headline_step,
         )
         swap_dir(staged, out)
     except BaseException:

@@ -192,6 +192,12 @@ class Study:
         """The ladder step every other step is compared with (config key `baseline`)."""
         return self.raw["baseline"]
 
+    @property
+    def headline_step(self) -> str:
+        """The speculative step figures 1 and 6 set beside the baseline (config key `headline_step`; the
+        article's trident)."""
+        return str(self.raw.get("headline_step") or "trident")
+
     def mode(self, step: str) -> str:
         """How a ladder step's cells are measured: `offline` (the engine in process) or `serve` (vLLM's
         OpenAI-compatible server driven by vLLM's benchmark client): the step's `mode`, else the run's."""
@@ -690,6 +696,13 @@ def _check_ladder(study: Study, source: str) -> None:
         )
     if study.ladder[study.raw["baseline"]].speculative:
         raise SpecsweepError(f"{source}: baseline: '{study.raw['baseline']}' is speculative; the baseline must not be")
+    # a headline step cut from the ladder leaves figures 1 and 6 out, saying so (figures.left_out_by_config)
+    head = study.headline_step
+    if head in study.ladder and not study.ladder[head].speculative:
+        raise SpecsweepError(
+            f"{source}: headline_step: '{head}' does not speculate; figures 1 and 6 set a "
+            "speculative step beside the baseline"
+        )
     _check_serve(study, source)
 
 

@@ -448,8 +448,8 @@ class _Ctx:
 
 def _baseline_vs_headline(ctx: _Ctx) -> tuple[list[str], tuple[str, str], _Needs]:
     """The headline model's workloads, the two steps compared, and the cells that needs (figures 1 and 6)."""
-    workloads = ctx.data.workloads(ctx.model, canonical_all=True)
-    series = (ctx.data.baseline, HEADLINE_STEP)
+    workloads = ctx.data.workloads(ctx.model, canonical_all=False)
+    series = (ctx.data.baseline, ctx.data.headline_step)
     return workloads, series, _Needs.of(ctx.data, _grid([ctx.model], workloads, series))
 
 
@@ -482,15 +482,16 @@ def _throughput_bars(
 def _fig1_headline(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
     workloads, series, needs = _baseline_vs_headline(ctx)
-    title = f"{model}: {data.baseline} vs {HEADLINE_STEP}, output throughput per workload"
+    step = data.headline_step
+    title = f"{model}: {data.baseline} vs {step}, output throughput per workload"
     with ctx.figure("fig1_headline", needs, (9.0, 4.8), 1, title, top_extra_in=0.25, point=GEO_BARS) as (ax,):
         if ctx.headline_absent(needs, [ax]):
             return needs
         values = {(w, c): data.geo((model, w, c), "output_tok_s") for w in workloads for c in series}
-        labels = {(w, HEADLINE_STEP): _gain_label(data, (model, w, HEADLINE_STEP)) for w in workloads}
+        labels = {(w, step): _gain_label(data, (model, w, step)) for w in workloads}
         _throughput_bars(ctx, ax, workloads, series, values, labels, lambda _, c: c, "workload")
         needs.notes.append(
-            f"labels: speedup of {HEADLINE_STEP} over {data.baseline} as % with its 95 % "
+            f"labels: speedup of {step} over {data.baseline} as % with its 95 % "
             "interval (speedup.parquet speedup/_lo/_hi), coloured by verdict"
         )
     return needs
@@ -850,7 +851,7 @@ def _display(ax: Axes, x: float, y: float) -> tuple[float, float]:
 def _fig6_gpu_util(ctx: _Ctx) -> _Needs:
     data, model = ctx.data, ctx.model
     workloads, series, needs = _baseline_vs_headline(ctx)
-    title = f"{model}: GPU utilisation, throughput and wall time, {data.baseline} vs {HEADLINE_STEP}"
+    title = f"{model}: GPU utilisation, throughput and wall time, {data.baseline} vs {data.headline_step}"
     panels = [
         ("gpu_util_mean", "GPU utilisation (mean %)", "GPU utilisation"),
         ("output_tok_s", "output tokens/s", "output throughput"),
@@ -1401,6 +1402,7 @@ def render_all(
     dummy: Iterable[str] = (),
     left_out: Mapping[str, str] | None = None,
     unchecked: Sequence[str] = (),
+    headline_step: str = HEADLINE_STEP,
 ) -> dict:
     """Render every figure of :data:`FIGURES` the run gets (:func:`drawn_figures`: figure 9 only with a
     concurrency axis) as PNG + SVG, and ``manifest.json``, into ``out_dir``; a figure left out is named in the
@@ -1414,11 +1416,13 @@ def render_all(
     ``left_out`` ``{stem: reason}``: the figures not drawn, those of ``left_out`` (:func:`left_out_by_config`)
     and those with nothing to draw. ``dummy``: the run's models with random weights (:func:`dummy_models`).
     ``unchecked``: what could not be checked about the tables (tables.unchecked_tables), kept in the manifest.
+    ``headline_step``: the step figures 1 and 6 set beside the baseline (config `headline_step`).
     """
     tables_dir, out_dir = Path(tables_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = Tables.load(tables_dir, run)
     data.dummy = frozenset(dummy)
+    data.headline_step = headline_step
     ctx = _Ctx(data=data, model=headline_model, out_dir=out_dir, k_ref=k_ref, r_runs=list(r_runs))
     figures: dict[str, Any] = {}
     drawn = drawn_figures(data.concurrency_axis)
@@ -1439,6 +1443,7 @@ def render_all(
         "run": run,
         "headline_model": headline_model,
         "baseline": data.baseline,
+        "headline_step": headline_step,
         "repeats": data.repeats,
         # the tables set drawn from (the sha256 of its MANIFEST.json): `specsweep status` names figures whose
         # tables have changed since (new tables beside old figures after a kill between the two steps)

@@ -83,7 +83,8 @@ HEADLINE_FIGURES: tuple[str, ...] = (
 WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
 #: The paper's ladder steps after the baseline (the baseline's name comes from the tables).
 LADDER: tuple[str, ...] = ("ngram", "suffix", "trident")
-#: The ladder step figures 1 and 6 and their captions compare with the baseline.
+#: The ladder step figures 1 and 6 and their captions compare with the baseline, unless the config's
+#: `headline_step` names another (`Tables.headline_step`): the article's.
 HEADLINE_STEP = "trident"
 K_ALPHA_WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code")
 SIZE_METHODS: tuple[str, ...] = ("trident", "ngram")
@@ -171,6 +172,8 @@ class Tables:
     at_b: tuple[dict[Cell, Row], dict[Cell, Row]] = field(default_factory=lambda: ({}, {}))
     #: models with random weights (config `weights: dummy`): their cells measure step time, never acceptance
     dummy: frozenset[str] = frozenset()
+    #: the ladder step figures 1 and 6 and their captions compare with the baseline (config `headline_step`)
+    headline_step: str = HEADLINE_STEP
 
     @classmethod
     def load(cls, tables_dir: Path, run: str) -> Tables:
@@ -244,13 +247,16 @@ class Tables:
         return ordered([*present, *(WORKLOADS if canonical_all else ())], WORKLOADS)
 
     def ladder(self, model: str, workload: str) -> list[str]:
-        """The baseline and the paper's ladder steps, then any other non-control step of this model/workload."""
+        """The baseline and the paper's ladder steps the run measures for this model (on any workload: one
+        missing here is drawn as missing), then any other non-control step of this model/workload."""
         present = [
             c
             for (m, w, c), row in self.cells.items()
             if (m, w) == (model, workload) and row.get("group") != CONTROLS_GROUP
         ]
-        return ordered([*present, self.baseline, *LADDER], (self.baseline, *LADDER))
+        measured = {c for (m, _, c) in self.cells if m == model}
+        paper = [c for c in LADDER if c in measured]
+        return ordered([*present, self.baseline, *paper], (self.baseline, *LADDER))
 
     # --- values
 
@@ -420,6 +426,12 @@ def left_out_by_config(study: Any) -> dict[str, str]:
     for stem, need in (("fig2_r_vs_k_code", "code"), ("fig3_sonnet_ladder", "sonnet")):
         if need not in workloads:
             out.setdefault(stem, f"no '{need}' workload for the headline model")
+    head = study.headline_step
+    measured_steps = {c.step for c in point if c.model == headline}
+    if workloads and head not in measured_steps:
+        why = "no ladder step" if head not in study.ladder else "not a step the headline model is measured with"
+        for stem in ("fig1_headline", "fig6_gpu_util"):
+            out.setdefault(stem, f"headline_step '{head}' is {why} (config headline_step; the article's: trident)")
     if not workloads & set(K_ALPHA_WORKLOADS):
         out.setdefault("fig4_k_alpha", f"none of the workloads {', '.join(K_ALPHA_WORKLOADS)} for the headline model")
     if not any(st.method in SPEC_METHODS for st in study.ladder.values()):
