@@ -163,7 +163,8 @@ def plan(tables: Path, effect: float = EFFECT, target: float = TARGET) -> list[M
     return out
 
 
-def _pct(v: float | None) -> str:
+def pct(v: float | None) -> str:
+    """A power in per cent, – where there is none."""
     return "–" if v is None else f"{100 * v:.0f} %"
 
 
@@ -202,7 +203,7 @@ def markdown(plans: Sequence[ModelPlan], tables: Path, effect: float = EFFECT, t
             + (
                 f"{why} | – | – |"
                 if why
-                else f"{' / '.join(_pct(p.power_used[s]) for s in names)} | "
+                else f"{' / '.join(pct(p.power_used[s]) for s in names)} | "
                 f"{' / '.join(_n(p.n_needed[s], p) for s in names)} | {_n(p.n, p)} |"
             )
         )
