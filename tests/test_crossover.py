@@ -273,6 +273,14 @@ def test_change_over_b_splits_exactly_into_t_and_r():
     assert s.text() == "b = 1 → 64: ×0.25 = T ×0.5 / R ×2 (T 50 %, R 50 % of the change in log)"
     flat = split([Point(1, 2.0, None, None, "faster", 3, 2.0, 1.0), Point(8, 2.01, None, None, "faster", 3, 2.01, 1.0)])
     assert flat.text() == "b = 1 → 8: ×1 = T ×1 / R ×1"  # a change below 1 %: no shares
+    both_fall = split(
+        [Point(1, 2.0, None, None, "faster", 3, 2.0, 1.0), Point(8, 0.8, None, None, "slower", 3, 1.0, 1.25)]
+    )
+    assert both_fall.text() == "b = 1 → 8: ×0.4 = T ×0.5 / R ×1.25 (T 76 %, R 24 % of the change in log)"
+    apart = split(
+        [Point(1, 2.0, None, None, "faster", 3, 2.0, 1.0), Point(8, 1.6, None, None, "faster", 3, 1.0, 0.625)]
+    )
+    assert apart.text() == "b = 1 → 8: ×0.8 = T ×0.5 / R ×0.625 (T and R pull opposite ways)"
     assert split(pts[:1]) is None
     assert split([dataclasses.replace(pts[0], speedup=3.0), pts[2]]) is None  # not T / R
     assert split([dataclasses.replace(pts[0], T=None), pts[2]]) is None

@@ -89,15 +89,19 @@ class Split:
     dlog_R: float
 
     def text(self) -> str:
-        """`b = 1 → 256: ×0.31 = T ×0.36 / R ×1.15 (T 88 %, R 12 % of the change in log)`; the shares only where
-        the speedup changed by 1 % or more (below that they divide by almost nothing)."""
+        """`b = 1 → 256: ×0.31 = T ×0.36 / R ×1.15 (T 88 %, R 12 % of the change in log)`: the shares where T and
+        R moved the speedup the same way and it changed by 1 % or more (below that they divide by almost
+        nothing); where they pulled opposite ways, each by 1 % or more, `(T and R pull opposite ways)`."""
 
         def f(d: float) -> str:
             return f"×{math.exp(d):.3g}"
 
         out = f"b = {self.b_first} → {self.b_last}: {f(self.dlog_speedup)} = T {f(self.dlog_T)} / R {f(self.dlog_R)}"
-        if abs(self.dlog_speedup) >= math.log(1.01):
-            t_share = self.dlog_T / self.dlog_speedup
+        t_part, r_part = self.dlog_T, -self.dlog_R  # each one's part of dlog_speedup
+        if t_part * r_part < 0 and min(abs(t_part), abs(r_part)) >= math.log(1.01):
+            out += " (T and R pull opposite ways)"
+        elif abs(self.dlog_speedup) >= math.log(1.01):
+            t_share = t_part / self.dlog_speedup
             out += f" (T {100 * t_share:.0f} %, R {100 * (1 - t_share):.0f} % of the change in log)"
         return out
 
