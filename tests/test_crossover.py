@@ -254,3 +254,61 @@ def test_claim_c9_refutes_at_the_family_wise_level():
             rows2 += [{"model": model, "workload": w, "config": cfg, "concurrency": b, "status": "ok",
                        "output_tok_s": v, "_start": f"{w}-{cfg}-{i}"} for i, v in enumerate(vals)]  # fmt: skip
     assert claims.decide_c9(study, [costs, *others], sp2, rows2)["verdict"] == "refuted"
+
+
+def test_change_over_b_splits_exactly_into_t_and_r():
+    """From the smallest b to the largest, the change of log speedup is the change of log T less that of log R
+    (speedup = T / R at every b); the text gives the factors and each one's share of the change in log; a curve
+    whose speedup is not T / R at an end, or with one b, has no split."""
+    from specsweep.crossover import split
+
+    pts = [
+        Point(b, t / r, None, None, "undecided", 3, t, r) for b, t, r in ((1, 4.0, 1.25), (8, 3.0, 1.5), (64, 2.0, 2.5))
+    ]
+    s = split(reversed(pts))
+    assert (s.b_first, s.b_last) == (1, 64)
+    assert s.dlog_speedup == pytest.approx(math.log(0.8 / 3.2))
+    assert s.dlog_T == pytest.approx(math.log(0.5)) and s.dlog_R == pytest.approx(math.log(2.0))
+    assert s.dlog_speedup == pytest.approx(s.dlog_T - s.dlog_R, abs=1e-12)
+    assert s.text() == "b = 1 → 64: ×0.25 = T ×0.5 / R ×2 (T 50 %, R 50 % of the change in log)"
+    flat = split([Point(1, 2.0, None, None, "faster", 3, 2.0, 1.0), Point(8, 2.01, None, None, "faster", 3, 2.01, 1.0)])
+    assert flat.text() == "b = 1 → 8: ×1 = T ×1 / R ×1"  # a change below 1 %: no shares
+    both_fall = split(
+        [Point(1, 2.0, None, None, "faster", 3, 2.0, 1.0), Point(8, 0.8, None, None, "slower", 3, 1.0, 1.25)]
+    )
+    assert both_fall.text() == "b = 1 → 8: ×0.4 = T ×0.5 / R ×1.25 (T 76 %, R 24 % of the change in log)"
+    apart = split(
+        [Point(1, 2.0, None, None, "faster", 3, 2.0, 1.0), Point(8, 1.6, None, None, "faster", 3, 1.0, 0.625)]
+    )
+    assert apart.text() == "b = 1 → 8: ×0.8 = T ×0.5 / R ×0.625 (T and R pull opposite ways)"
+    assert split(pts[:1]) is None
+    assert split([dataclasses.replace(pts[0], speedup=3.0), pts[2]]) is None  # not T / R
+    assert split([dataclasses.replace(pts[0], T=None), pts[2]]) is None
+
+
+def test_committed_concurrency_run_splits_its_change_over_b():
+    """h200-concurrency-boot2: each crossover row's split is read off the speedup rows at its smallest and largest
+    b (the identity exact to rounding), and the summary's crossover table shows it."""
+    import pyarrow.parquet as pq
+
+    from conftest import ROOT
+    from specsweep.crossover import base_workload, split_of
+
+    tables = ROOT / "results" / "h200-concurrency-boot2" / "tables"
+    sp = [r for r in pq.read_table(tables / "speedup.parquet").to_pylist() if r["concurrency"] and r["speedup"]]
+    rows = pq.read_table(tables / "crossover.parquet").to_pylist()
+    assert rows
+    summary = (tables / "summary.md").read_text()
+    for x in rows:
+        curve = {
+            r["concurrency"]: r
+            for r in sp
+            if (r["model"], base_workload(r["workload"]), r["config"]) == (x["model"], x["workload"], x["step"])
+        }
+        first, last = curve[min(curve)], curve[max(curve)]
+        assert (x["b_first"], x["b_last"]) == (min(curve), max(curve))
+        assert x["dlog_T"] == pytest.approx(math.log(last["T"] / first["T"]), rel=1e-12)
+        assert x["dlog_R"] == pytest.approx(math.log(last["R"] / first["R"]), rel=1e-12)
+        assert x["dlog_speedup"] == pytest.approx(math.log(last["speedup"] / first["speedup"]), rel=1e-12)
+        assert x["dlog_speedup"] == pytest.approx(x["dlog_T"] - x["dlog_R"], abs=1e-9)
+        assert f"| {x['note']} | {split_of(x).text()} |" in summary

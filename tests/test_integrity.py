@@ -1221,12 +1221,12 @@ def test_truncated_table_is_one_line_naming_it(tmp_path, name):
 
 
 def test_every_reader_of_the_tables_checks_their_manifest(tmp_path):
-    """advise, validate, the scenarios' noise, the docs' generated blocks and pairing-check read the tables
+    """advise, validate, the scenarios' noise, plan, the docs' generated blocks and pairing-check read the tables
     through the checked reader too: a speedup.parquet rewritten since (still readable Parquet, other bytes) is
     the same one line naming it, not numbers from a file the tables' MANIFEST.json does not vouch for."""
     import pyarrow.parquet as pq
 
-    from specsweep import advise, docs, validate, verdictsim
+    from specsweep import advise, docs, plan, validate, verdictsim
 
     run = "h200-concurrency"
     tables = tmp_path / "results" / run / "tables"
@@ -1250,6 +1250,8 @@ def test_every_reader_of_the_tables_checks_their_manifest(tmp_path):
     )
     msg = refused(verdictsim.measured_noise, tmp_path / "results")
     assert msg.startswith(f"tables {tables / 'measurements.parquet'}: ") and "MANIFEST.json records" in msg
+    assert refused(plan.measured, tables) == msg  # specsweep plan's noise
+    assert refused(plan.pass_cells, tmp_path / "results") == msg  # design.md's spread by pass length
 
 
 def test_status_names_figures_drawn_from_other_tables(tmp_path):

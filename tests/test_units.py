@@ -346,7 +346,7 @@ def test_every_subcommand_reads_a_typed_record_of_exactly_its_options():
 
     p = cli.parser()
     (sub,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
-    assert len(sub.choices) == 25
+    assert len(sub.choices) == 26
     for name, sp in sub.choices.items():
         record = sp.get_default("func").record
         assert issubclass(record, cliargs.Args) and record.__dataclass_params__.frozen, name

@@ -15,6 +15,7 @@
     specsweep tables     --config C --results results --out results/r/tables
     specsweep figures    --config C --tables results/r/tables --out figures/r
     specsweep status     --config C [--results results] [--json]          # done, failed, stale, left; GPU time
+    specsweep plan       --tables results/r/tables [--effect 0.10] [--power 0.8]  # engine starts a verdict needs
     specsweep replay     --traffic T.jsonl --tokenizer DIR --method ngram --out replay.json   # K without a GPU
     specsweep advise     --replay replay.json --tables results/r/tables --model M --out advice.md
     specsweep validate   --run r                                          # replay + advisor against the measured cells
@@ -51,6 +52,7 @@ from .cliargs import (
     FiguresArgs,
     HarnessArgs,
     ModelRecordArgs,
+    PlanArgs,
     PreflightCellArgs,
     PreflightReportArgs,
     ReplayArgs,
@@ -488,6 +490,24 @@ def cmd_status(args: StatusArgs) -> int:
     return status.main(study, results, args.json)
 
 
+@takes(PlanArgs)
+def cmd_plan(args: PlanArgs) -> int:
+    """Engine starts a verdict needs, from a run's measured between-start noise (specsweep.plan)."""
+    from . import plan
+
+    tables = Path(args.tables)
+    if not (tables / "measurements.parquet").is_file():
+        what = "has no measurements.parquet" if tables.is_dir() else "no such folder"
+        raise SpecsweepError(f"--tables {tables}: {what} (build them first: specsweep tables)")
+    plans = plan.plan(tables, args.effect, args.power)
+    if args.json:
+        print(json.dumps(plan.as_json(plans, args.effect, args.power), indent=2, sort_keys=True))
+    else:
+        for line in plan.markdown(plans, tables, args.effect, args.power).splitlines():
+            print(term_text(line))
+    return 0
+
+
 @takes(FiguresArgs)
 def cmd_figures(args: FiguresArgs) -> int:
     """All figures, captions and the manifest, rendered into a staging folder and swapped in as a set."""
@@ -756,6 +776,20 @@ def parser() -> argparse.ArgumentParser:
     sp = add("status", cmd_status, "a run's progress: done, failed, stale and left; GPU time spent and to go")
     sp.add_argument("--results", default="results")
     sp.add_argument("--json", action="store_true", help="the same as JSON")
+    sp = sub.add_parser(
+        "plan",
+        help="engine starts a verdict needs: the smallest n at which the verdict rule calls a true speedup faster "
+        "with the wanted power, from a run's measured between-start noise",
+    )
+    sp.add_argument("--tables", required=True, help="a run's tables folder (its measurements.parquet)")
+    sp.add_argument(
+        "--effect", type=float_in(0, 10), default=0.10, help="the true speedup minus 1 (default 0.10: +10 %%)"
+    )
+    sp.add_argument(
+        "--power", type=float_in(0.5, 0.99), default=0.80, help="the probability of calling it faster (default 0.8)"
+    )
+    sp.add_argument("--json", action="store_true", help="the same as JSON")
+    sp.set_defaults(func=cmd_plan)
     sp = add("figures", cmd_figures, "render the figures from a run's tables")
     sp.add_argument("--tables", required=True)
     sp.add_argument("--out", required=True)

@@ -243,3 +243,11 @@ class ValidateArgs(Args):
     heldout_from: list[str] | None
     all_at: int | None
     out: str | None
+
+
+@dataclass(frozen=True)
+class PlanArgs(Args):
+    tables: str
+    effect: float
+    power: float
+    json: bool

@@ -56,6 +56,9 @@ _LATER_MODEL_KEYS = frozenset({"max_model_len", "quantization"})
 #: How long a pass at b runs at least (config `workloads.<name>.min_pass_seconds`, `min_pass_output_tokens`):
 #: whole cycles over the prompt pool are added until the pass has met both (see inflight.run_in_flight).
 PASS_MINIMUM_KEYS = ("min_pass_seconds", "min_pass_output_tokens")
+#: The min_pass_seconds a GPU profile sets on its workloads (config/gpu-reference.yaml), for its cells at b:
+#: why, from the committed runs' spread by pass length, in docs/design.md ("How long a pass at b runs").
+GPU_MIN_PASS_SECONDS = 20.0
 #: A workload's keys of the concurrency axis: they make neither its prompts nor its default cells (those of all
 #: prompts at once), so they stay out of its workload file and of those cells' settings. `prompts_per_slot` k:
 #: a cell at b times at least k * b requests, whole cycles over the workload's prompts (the same prompts, each

@@ -26,6 +26,12 @@ b, b_star_lo = that b), ``costs at every measured b`` (every verdict slower: b* 
 anywhere, b_star_hi = that b; at b = 1 already: no b*), ``crosses 1 between ...`` (b* found), ``crosses 1
 once, ... with no b*`` (an end of its interval open), ``crosses 1 N times, ...`` (no single b*), ``rises
 through 1 ...`` (the other way: costs at low b, pays at high b) or ``undecided (...)``.
+
+Why the speedup changes with b. At every b the speedup is T / R (T: tokens per step over the baseline's, R: step
+time over the baseline's; ratios of geometric means over engine starts, so the identity holds exactly), hence
+from the smallest measured b to the largest the change of log speedup is the change of log T less the change
+of log R (:class:`Split`): ``dlog_T`` is the part of the drafts (how many tokens a step yields, K's effect
+through the batch), ``-dlog_R`` the part of the step's cost.
 """
 
 from __future__ import annotations
@@ -45,7 +51,14 @@ CROSSOVER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("b_star_hi", "float64"),
     ("n", "int64"),
     ("note", "string"),
+    ("b_first", "int64"),
+    ("b_last", "int64"),
+    ("dlog_speedup", "float64"),
+    ("dlog_T", "float64"),
+    ("dlog_R", "float64"),
 )
+#: The identity speedup = T / R at one b, within this in log (the tables' ratios agree to rounding).
+IDENTITY_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,51 @@ class Point:
     hi: float | None
     verdict: str
     n: int
+    T: float | None = None  # tokens per step over the baseline's at b
+    R: float | None = None  # step time over the baseline's at b
+
+
+@dataclass(frozen=True)
+class Split:
+    """How a drafter's speedup changed from its smallest measured b (`b_first`) to its largest (`b_last`), split
+    exactly: dlog_speedup = dlog_T - dlog_R, each the change of the log of that ratio (speedup = T / R at every
+    b). dlog_T is the tokens-per-step part, -dlog_R the step-time part."""
+
+    b_first: int
+    b_last: int
+    dlog_speedup: float
+    dlog_T: float
+    dlog_R: float
+
+    def text(self) -> str:
+        """`b = 1 → 256: ×0.31 = T ×0.36 / R ×1.15 (T 88 %, R 12 % of the change in log)`: the shares where T and
+        R moved the speedup the same way and it changed by 1 % or more (below that they divide by almost
+        nothing); where they pulled opposite ways, each by 1 % or more, `(T and R pull opposite ways)`."""
+
+        def f(d: float) -> str:
+            return f"×{math.exp(d):.3g}"
+
+        out = f"b = {self.b_first} → {self.b_last}: {f(self.dlog_speedup)} = T {f(self.dlog_T)} / R {f(self.dlog_R)}"
+        t_part, r_part = self.dlog_T, -self.dlog_R  # each one's part of dlog_speedup
+        if t_part * r_part < 0 and min(abs(t_part), abs(r_part)) >= math.log(1.01):
+            out += " (T and R pull opposite ways)"
+        elif abs(self.dlog_speedup) >= math.log(1.01):
+            t_share = t_part / self.dlog_speedup
+            out += f" (T {100 * t_share:.0f} %, R {100 * (1 - t_share):.0f} % of the change in log)"
+        return out
+
+
+def split(points: Iterable[Point]) -> Split | None:
+    """The Split of a curve between its smallest and largest b with a speedup, T and R; None with fewer than
+    two such b, or where T / R is not the speedup at either end (within IDENTITY_TOL in log)."""
+    pts = sorted((p.b, p.speedup, p.T, p.R) for p in points if p.T and p.R and p.speedup > 0)
+    if len(pts) < 2:
+        return None
+    logs = [(b, math.log(sp), math.log(t), math.log(r)) for b, sp, t, r in (pts[0], pts[-1])]
+    if any(abs(sp - (t - r)) > IDENTITY_TOL for _, sp, t, r in logs):
+        return None
+    (b0, s0, t0, r0), (b1, s1, t1, r1) = logs
+    return Split(b0, b1, s1 - s0, t1 - t0, r1 - r0)
 
 
 @dataclass(frozen=True)
@@ -219,7 +277,9 @@ def base_workload(workload: str) -> str:
 
 def crossover_rows(speedup_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """crossover.parquet's rows from speedup.parquet's: one per (model, workload, drafter step) measured at a
-    concurrency (rows whose ``concurrency`` is null, the all-at-once point, are not on the b axis)."""
+    concurrency (rows whose ``concurrency`` is null, the all-at-once point, are not on the b axis): b* with its
+    interval and note (:func:`crossover`), and the change from the smallest b to the largest split into T and R
+    (:func:`split`; null where there is none)."""
     curves: dict[tuple[str, str, str], list[Point]] = {}
     for s in speedup_rows:
         if s.get("concurrency") is None:
@@ -230,10 +290,11 @@ def crossover_rows(speedup_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, 
             continue
         n = min(int(s.get("n") or 0), int(s.get("n_baseline") or 0))
         b, sp, lo, hi = int(s["concurrency"]), float(s["speedup"]), s.get("speedup_lo"), s.get("speedup_hi")
-        pts.append(Point(b, sp, lo, hi, str(s["verdict"]), n))
+        pts.append(Point(b, sp, lo, hi, str(s["verdict"]), n, s.get("T"), s.get("R")))
     out = []
     for (model, workload, step), pts in sorted(curves.items()):
         c = crossover(pts)
+        parts = split(pts)
         out.append(
             {
                 "model": model,
@@ -244,9 +305,21 @@ def crossover_rows(speedup_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, 
                 "b_star_hi": c.b_star_hi,
                 "n": c.n,
                 "note": c.note,
+                "b_first": parts.b_first if parts else None,
+                "b_last": parts.b_last if parts else None,
+                "dlog_speedup": parts.dlog_speedup if parts else None,
+                "dlog_T": parts.dlog_T if parts else None,
+                "dlog_R": parts.dlog_R if parts else None,
             }
         )
     return out
+
+
+def split_of(x: Mapping[str, Any]) -> Split | None:
+    """A crossover row's Split (None where the row has none)."""
+    if x.get("dlog_speedup") is None:
+        return None
+    return Split(int(x["b_first"]), int(x["b_last"]), x["dlog_speedup"], x["dlog_T"], x["dlog_R"])
 
 
 def describe(x: dict[str, Any]) -> str:

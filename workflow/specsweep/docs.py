@@ -189,6 +189,57 @@ def verdict_rule(root: Path = ROOT) -> str:
     return stats.VERDICT_RULE
 
 
+def plan_summary(root: Path = ROOT) -> str:
+    """design.md's table of `specsweep plan` over the committed runs whose models have a between-start spread:
+    per run and model, the spread, the n the run used with its power, and the n that reaches the plan's target
+    in each decision scenario (specsweep.plan, its defaults: a true 1.10x called `faster` in 80 % of studies)."""
+    from . import plan, verdictsim
+
+    names = [s.name for s in verdictsim.DECISION]
+    rows = [
+        f"| run | model | cells | between-start sd | n used | its power ({' / '.join(names)}) | "
+        f"n for {100 * plan.TARGET:.0f} % ({' / '.join(names)}) |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for tables in sorted((root / "results").glob("*/tables/measurements.parquet")):
+        for p in plan.plan(tables.parent):
+            m = p.noise
+            if plan.why_none(p) or m.sd is None:
+                continue
+            power = " / ".join(plan.pct(p.power_used[n]) for n in names)
+            needed = " / ".join(str(p.n_needed[n]) if p.n_needed[n] else f"> {plan.N_MAX}" for n in names)
+            rows.append(
+                f"| {md_text(tables.parent.parent.name)} | {md_text(m.model)} | {m.cells} | {100 * m.sd:.1f} % | "
+                f"{m.n_used} | {power} | {needed} |"
+            )
+    return "\n".join(rows)
+
+
+def pass_spread(root: Path = ROOT) -> str:
+    """design.md's table of between-start spread against pass length over the committed runs
+    (specsweep.plan.pass_spread): per model, workload and arm with a slope (3 or more cells, passes of several
+    lengths), the passes, the between-start sd of log tok/s and of the pass in seconds, and the slope."""
+    from . import plan
+
+    def three(x: tuple[float, float, float], scale: float, spec: str, unit: str) -> str:
+        med, lo, hi = (format(scale * v, spec) for v in x)
+        return f"{med}{unit} ({lo}–{hi})"
+
+    rows = [
+        "| model | workload | step | cells | pass | between-start sd of log tok/s | of the pass | slope |",
+        "|---|---|---|---:|---|---|---|---:|",
+    ]
+    for g in plan.pass_spread(root / "results"):
+        if g.slope is None:
+            continue
+        rows.append(
+            f"| {md_text(g.model)} | {md_text(g.workload)} | {g.arm} | {g.cells} | "
+            f"{g.pass_s[0]:.1f}–{g.pass_s[1]:.1f} s | {three(g.sd_log, 100, '.1f', ' %')} | "
+            f"{three(g.sd_s, 1, '.2f', ' s')} | {g.slope:.2f} |"
+        )
+    return "\n".join(rows)
+
+
 def claim_rules(root: Path = ROOT) -> str:
     """The claims and the rule that decides each, as `specsweep.claims` states them."""
     rows = ["| id | claim | rule |", "|---|---|---|"]
@@ -357,6 +408,8 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "runs_summary": runs_summary,
     "verdict_rule": verdict_rule,
     "claim_rules": claim_rules,
+    "pass_spread": pass_spread,
+    "plan_summary": plan_summary,
 }
 
 

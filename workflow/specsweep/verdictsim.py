@@ -173,11 +173,21 @@ RULES: dict[str, Callable[[np.ndarray], Interval]] = {
 }
 
 
-def simulate(scenario: Scenario, sigma: float, n: int, sims: int = SIMS, seed: int = SEED) -> np.ndarray:
-    """Log throughput, shape (sims, WORKLOADS, 1 + STEPS, n), every cell's mean 0 (the truth is added to the
-    compared cell by `evaluate`)."""
+def simulate(
+    scenario: Scenario,
+    sigma: float,
+    n: int,
+    sims: int = SIMS,
+    seed: int = SEED,
+    shape: tuple[int, int] = (WORKLOADS, 1 + STEPS),
+) -> np.ndarray:
+    """Log throughput, shape (sims, *shape, n): `shape` is (workloads, ladder steps with the baseline first),
+    every cell's mean 0 (the truth is added to the compared cell, step 1 of workload 0, by `evaluate`). The
+    design's table takes WORKLOADS x (1 + STEPS); specsweep.plan a run's own number of cells."""
+    if n < 2 or shape[1] < 2 or shape[0] < 1:
+        raise ValueError(f"simulate: needs n >= 2 and a baseline and another step, got n={n}, shape={shape}")
     rng = np.random.default_rng([seed, round(1000 * sigma), n, SCENARIOS.index(scenario)])
-    cells = (sims, WORKLOADS, 1 + STEPS)
+    cells = (sims, *shape)
     # sigma is the root mean square of the cells' sd, the round effect's share included
     sd = (
         sigma
@@ -201,13 +211,26 @@ class Result:
         return self.coverage >= MIN_COVERAGE - TOLERANCE and self.wrong <= MAX_WRONG + TOLERANCE
 
 
+def _interval(rule: Callable[[np.ndarray], Interval], logs: np.ndarray, theta: float) -> Interval:
+    """The rule's interval (log scale) and band on the studies `logs` with the compared cell's true log speedup
+    theta added."""
+    shifted = logs.copy()
+    shifted[:, 0, 1] += theta
+    return rule(shifted)
+
+
+def power(rule: Callable[[np.ndarray], Interval], logs: np.ndarray, truth: float = POWER_AT) -> float:
+    """The share of the studies `logs` in which the rule calls a true speedup `truth` `faster` (its interval
+    wholly above 1 + its band); `evaluate`'s power at truth POWER_AT."""
+    lo, _, band = _interval(rule, logs, math.log(truth))
+    return float((lo > np.log1p(band)).mean())
+
+
 def evaluate(rule: Callable[[np.ndarray], Interval], logs: np.ndarray, truths: Sequence[float] = TRUTHS) -> Result:
-    coverage, wrong, power = 1.0, 0.0, math.nan
+    coverage, wrong, pw = 1.0, 0.0, math.nan
     for truth in (*truths, POWER_AT):
         theta = math.log(truth)
-        shifted = logs.copy()
-        shifted[:, 0, 1] += theta
-        lo, hi, band = rule(shifted)
+        lo, hi, band = _interval(rule, logs, theta)
         up, down = np.log1p(band), np.log1p(-band)
         faster, slower = lo > up, hi < down
         equivalent = (lo >= down) & (hi <= up)
@@ -215,8 +238,8 @@ def evaluate(rule: Callable[[np.ndarray], Interval], logs: np.ndarray, truths: S
         coverage = min(coverage, float(((lo <= theta) & (theta <= hi)).mean()))
         wrong = max(wrong, float(bad.mean()))
         if truth == POWER_AT:
-            power = float(faster.mean())
-    return Result(coverage, wrong, power)
+            pw = float(faster.mean())
+    return Result(coverage, wrong, pw)
 
 
 def table(
@@ -277,10 +300,10 @@ def choose(results: dict[tuple[str, str, float, int], Result]) -> str:
     if not ok:
         raise ValueError("verdictsim: no rule meets the criterion")
 
-    def power(rule: str) -> float:
+    def summed(rule: str) -> float:
         return sum(r.power for (sc, name, s, _), r in results.items() if name == rule and sc in names and s == 0.03)
 
-    return max(ok, key=power)
+    return max(ok, key=summed)
 
 
 @dataclass(frozen=True)

@@ -124,15 +124,18 @@ def summary_markdown(
             "b* where each drafter's speedup over the baseline at the same concurrency falls through 1, "
             "interpolated on log b, with [the b where the interval's lower and upper bounds do], in the "
             "significant figures the interval supports; given only where the speedup crosses 1 once with both "
-            "ends inside the measured b (otherwise the note names the measured b each crossing lies between).",
+            "ends inside the measured b (otherwise the note names the measured b each crossing lies between). "
+            "From the smallest measured b to the largest: the speedup's factor split exactly into its tokens per "
+            "step and step time over the baseline's (speedup = T / R at every b), and each one's share of the "
+            "change in log speedup.",
             "",
-            "| model | workload | step | b* [interval] | n | note |",
-            "|---|---|---|---|---:|---|",
+            "| model | workload | step | b* [interval] | n | note | smallest to largest b: speedup = T / R |",
+            "|---|---|---|---|---:|---|---|",
         ]
         lines += [
             f"| {md_text(x['model'])} | {md_text(x['workload'])} | {md_text(x['step'])} | "
             f"{crossover.shown(x['b_star'], x['b_star_lo'], x['b_star_hi']) if x['b_star'] is not None else '–'} | "
-            f"{x['n']} | {x['note']} |"
+            f"{x['n']} | {x['note']} | {_split_text(x)} |"
             for x in xrows
         ]
     for title, status in (("Failed cells", "failed"), ("Partial cells", "partial"), ("Missing cells", "missing")):
@@ -145,6 +148,12 @@ def summary_markdown(
                 for r in group
             ]
     return "\n".join(lines) + "\n"
+
+
+def _split_text(x: dict[str, Any]) -> str:
+    """A crossover row's change from its smallest b to its largest, split into T and R; – where it has none."""
+    parts = crossover.split_of(x)
+    return parts.text() if parts else "–"
 
 
 def _occupancy_text(r: CellRow) -> str:
