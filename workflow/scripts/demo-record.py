@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Append one fresh `make demo` run to docs/demo-runs.csv: every speedup of the run's tables with its 95 %
+interval and verdict, and the CPU entry's pooled between-start CV with its interval.
+
+    git clone . ../demo && cd ../demo && /usr/bin/time -f %e make demo SONNET=...   # note the seconds
+    python workflow/scripts/demo-record.py --tables ../demo/results/smoke/tables --demo article \
+        --commit $(git -C ../demo rev-parse --short HEAD) --wall-s 812 --snakemake-s 655 [--host "2-core ..."]
+
+`--wall-s` is the whole `make demo` of the fresh clone (installing included), `--snakemake-s` its Snakemake
+part (the time between the first and the last line Snakemake dates in its log). The run number is the next
+one of the `--demo` label; the rows are appended, never rewritten. `python -m specsweep.docs` then renders
+design.md's table and the README's sentence from the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+from specsweep import stats  # noqa: E402
+from specsweep.tables import read_parquet  # noqa: E402
+
+CSV = ROOT / "docs" / "demo-runs.csv"
+COLUMNS = ["run", "demo", "commit", "date", "host", "wall_s", "snakemake_s", "band_pct", "entry", "estimate", "lo",
+           "hi", "verdict"]  # fmt: skip
+CV = re.compile(r"pooled over \d+ cells: ([\d.]+)% \[([\d.]+)%, ([\d.]+)%\]")
+
+
+def entries(tables: Path) -> list[dict[str, str]]:
+    """One row per speedup (workload with its @b, then the step), in the tables' order, and the CPU entry."""
+    out = []
+    for r in read_parquet(tables, "speedup.parquet").to_pylist():
+        b = r.get("concurrency")
+        workload = f"{r['workload']}@b{b}" if b is not None and "@" not in r["workload"] else r["workload"]
+        verdict = (r.get("verdict") or "missing").split(" ")[0]
+        fmt = (lambda v: "" if v is None else f"{v:.3f}")  # noqa: E731
+        out.append({"entry": f"{workload}/{r['config']}", "estimate": fmt(r.get("speedup")),
+                    "lo": fmt(r.get("speedup_lo")), "hi": fmt(r.get("speedup_hi")), "verdict": verdict})  # fmt: skip
+    claims = json.loads((tables / "claims.json").read_text())
+    cpu = next((c for c in claims if c["id"] == "CPU"), None)
+    if cpu is not None:
+        m = CV.search(cpu["evidence"])
+        est, lo, hi = m.groups() if m else ("", "", "")
+        out.append({"entry": "CPU", "estimate": est, "lo": lo, "hi": hi, "verdict": cpu["verdict"]})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tables", type=Path, required=True, help="the fresh clone's results/smoke/tables")
+    ap.add_argument("--demo", required=True, help="the demo's label (a new label starts a new table)")
+    ap.add_argument("--commit", required=True)
+    ap.add_argument("--wall-s", type=int, required=True)
+    ap.add_argument("--snakemake-s", type=int, required=True)
+    ap.add_argument("--host", default="2-core")
+    ap.add_argument("--date", default=dt.date.today().isoformat())
+    args = ap.parse_args(argv)
+    if not (args.tables / "speedup.parquet").is_file():
+        ap.error(f"--tables {args.tables}: no speedup.parquet (run `make demo` there first)")
+    with CSV.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    run = 1 + max((int(r["run"]) for r in rows if r["demo"] == args.demo), default=0)
+    common = {"run": str(run), "demo": args.demo, "commit": args.commit, "date": args.date, "host": args.host,
+              "wall_s": str(args.wall_s), "snakemake_s": str(args.snakemake_s), "band_pct": f"{100 * stats.BAND:.1f}"}  # fmt: skip
+    new = [common | e for e in entries(args.tables)]
+    with CSV.open("a", newline="") as fh:
+        csv.DictWriter(fh, COLUMNS, lineterminator="\n").writerows(new)
+    print(f"{CSV.relative_to(ROOT)}: run {run} of demo '{args.demo}', {len(new)} entries")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
