@@ -418,8 +418,8 @@ def build_doc(
             "finish_order": rank,
         },
         "latency": {
-            "ttft_s": {"median": _q(list(ttft), 0.5), "p90": _q(list(ttft), 0.9)},
-            "tpot_s": {"median": _q(tpot, 0.5), "p90": _q(tpot, 0.9)},
+            "ttft_s": {"median": _q(list(ttft), 0.5), "p90": _q(list(ttft), 0.9), "p99": _q(list(ttft), 0.99)},
+            "tpot_s": {"median": _q(tpot, 0.5), "p90": _q(tpot, 0.9), "p99": _q(tpot, 0.99)},
             "decode_tok_s": None,
             "source": "vllm.benchmarks.serve, client side over streaming: TTFT from sending to the first chunk, "
             "TPOT = (end-to-end latency - TTFT) / (output tokens - 1)",
