@@ -21,7 +21,9 @@ from specsweep.config import build_study
 from specsweep.figures import DPI, fig5_layout, render_all
 from specsweep.view import drawn_figures as _drawn
 
-FIGURES = _drawn(False)  # the paper run has no concurrency axis: figures 1-8 (figure 9: test_fig_concurrency.py)
+# the paper run has no concurrency axis and no serve-mode step: figures 1-8 (figure 9: test_fig_concurrency.py,
+# figure 10: test_serve_tables.py)
+FIGURES = _drawn(False)
 
 REPEATS = 3
 NSPEC = {"ngram": 7, "suffix": 32, "trident": 32}
@@ -284,7 +286,8 @@ def test_a_figure_without_data_is_left_out_and_named(tmp_path):
     synthetic_tables(tmp_path / "t", study, drop=drop)
     m = render_all(tmp_path / "t", tmp_path / "f", headline, study.run)
     write_captions(tmp_path / "t", headline, tmp_path / "f" / "captions", left_out=m["left_out"])
-    assert list(m["left_out"]) == ["fig3_sonnet_ladder", "fig9_concurrency"]  # fig9: no concurrency axis
+    # fig9: no concurrency axis, fig10: no serve-mode cell
+    assert list(m["left_out"]) == ["fig3_sonnet_ladder", "fig9_concurrency", "fig10_serve_latency"]
     assert m["left_out"]["fig3_sonnet_ladder"].startswith("no measured cell among the")
     assert "fig3_sonnet_ladder" not in m["figures"]
     assert not (tmp_path / "f" / "fig3_sonnet_ladder.png").exists()

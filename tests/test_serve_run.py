@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, prepare_workdir, snakemake, sonnet_path, stop_engines
-from specsweep import cells, enginehost, paths
+from specsweep import cells, enginehost, paths, tables
 from specsweep.tables import read_parquet
 
 pytestmark = pytest.mark.slow  # every test here starts vLLM's server
@@ -28,8 +28,8 @@ MODEL = "smollm2-135m-instruct"
 RUN = "serve"
 
 
-def _target(step: str) -> str:
-    return f"results/{RUN}/cells/{MODEL}/code@b2/{step}/r1.json"
+def _target(step: str, b: int = 2) -> str:
+    return f"results/{RUN}/cells/{MODEL}/code@b{b}/{step}/r1.json"
 
 
 def _env() -> dict[str, str]:
@@ -41,8 +41,8 @@ def _env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def serve_run(tmp_path_factory, smollm2) -> dict:
-    """Vanilla and ngram on code at b = 2 (4 prompts of 16 tokens, seeded Poisson arrivals at 50 requests/s),
-    one engine start each, in serve mode."""
+    """Vanilla and ngram on code at b = 1 and 2 (4 prompts of 16 tokens, seeded Poisson arrivals at 50
+    requests/s), one engine start (server) each for both b, in serve mode."""
     smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
     cfg = copy.deepcopy(smoke)
     cfg |= {
@@ -60,11 +60,11 @@ def serve_run(tmp_path_factory, smollm2) -> dict:
             "max_tokens": 16,
             "functions": 2,
             "comment_lines": 3,
-            "concurrency": [2],
+            "concurrency": [1, 2],
         }
     }
     cfg["ladder"] = {k: v for k, v in smoke["ladder"].items() if k in ("vanilla", "ngram")}
-    cfg["groups"] = {"s": {"models": [MODEL], "workloads": ["code@b2"], "configs": ["vanilla", "ngram"]}}
+    cfg["groups"] = {"s": {"models": [MODEL], "workloads": ["code@b1", "code@b2"], "configs": ["vanilla", "ngram"]}}
     work = tmp_path_factory.mktemp("serve")
     cfg_path = prepare_workdir(work, cfg, smollm2)
     t0 = time.monotonic()
@@ -164,6 +164,8 @@ def test_serve_cells_through_snakemake(serve_run):
         assert 0 < srv["request_goodput"] <= srv["request_throughput"]
         for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
             assert 0 < srv[m]["median"] <= srv[m]["p90"] <= srv[m]["p99"]
+        for m in ("ttft_s", "tpot_s"):  # specsweep's own quantiles of the client's per-request latencies
+            assert 0 < doc["latency"][m]["median"] <= doc["latency"][m]["p90"] <= doc["latency"][m]["p99"]
         assert doc["tokens"]["output_tokens"] == sum(doc["requests"]["output_tokens"]) > 0
         # vanilla: at least one engine step per token of a request (16), from the server's own /metrics
         assert doc["steps"]["engine_steps"] >= (16 if doc["spec"] is None else 1)
@@ -179,13 +181,70 @@ def test_serve_cells_through_snakemake(serve_run):
     )
     assert spec["acceptance_per_pos"] == pytest.approx(client["spec_decode_per_position_acceptance_rates"], abs=1e-6)
     rows = read_parquet(work / "results" / RUN / "tables", "speedup.parquet").to_pylist()
-    (row,) = [r for r in rows if r["config"] == "ngram"]
+    (row,) = [r for r in rows if r["config"] == "ngram" and r["concurrency"] == 2]
     assert row["baseline"] == "vanilla" and row["concurrency"] == 2 and row["status"] == "ok"
     assert row["tpot_s_median"] == pytest.approx(docs["ngram"]["latency"]["tpot_s"]["median"])
     assert row["speedup"] == pytest.approx(
         docs["ngram"]["tokens"]["output_tok_s"] / docs["vanilla"]["tokens"]["output_tok_s"], rel=1e-6
     )
     assert "TPOT ms" in (work / "results" / RUN / "tables" / "summary.md").read_text()
+
+
+def test_serve_tables_and_figure_of_the_served_cells(serve_run):
+    """The served cells' latencies in serve.parquet are their client's (one repeat: its own median, p90, p99),
+    each cell meets the 5 s TPOT target exactly when its client's median TPOT is within it, the served speedup
+    has no offline cell to stand beside (the run serves every step), and figure 10 draws latency against
+    throughput at b = 1 and 2 with the target and where each step meets it."""
+    work = serve_run["work"]
+    tdir = work / "results" / RUN / "tables"
+    docs = {
+        (s, b): cells.load(work / _target(s, b), expect=(RUN, MODEL, f"code@b{b}", s))
+        for s in ("vanilla", "ngram")
+        for b in (1, 2)
+    }
+    assert set(tables.SERVE_FILES) <= set(tables.manifest_files(tdir))
+    rows = {(r["config"], r["concurrency"]): r for r in read_parquet(tdir, "serve.parquet").to_pylist()}
+    speedup = {(r["config"], r["concurrency"]): r for r in read_parquet(tdir, "speedup.parquet").to_pylist()}
+    assert set(rows) == set(docs)
+    for key, doc in docs.items():
+        row, srv = rows[key], doc["serve"]
+        assert row["status"] == "ok" and row["n"] == 1 and row["baseline"] == "vanilla"
+        assert (row["request_rate"], row["target_tpot_ms"], row["target_ttft_ms"]) == (50.0, 5000.0, None)
+        for m in ("ttft", "tpot", "itl", "e2el"):
+            for q in ("median", "p90", "p99"):
+                assert row[f"{m}_ms_{q}"] == pytest.approx(srv[f"{m}_ms"][q]), (key, m, q)
+        assert row["output_tok_s"] == pytest.approx(doc["tokens"]["output_tok_s"])
+        assert row["request_goodput"] == pytest.approx(srv["request_goodput"])
+        assert row["goodput_share"] == pytest.approx(srv["request_goodput"] / srv["request_throughput"])
+        assert row["meets_target"] is (srv["tpot_ms"]["median"] <= 5000.0)
+        if key[0] == "ngram":
+            assert (
+                row["speedup"] == pytest.approx(speedup[key]["speedup"]) and row["verdict"] == speedup[key]["verdict"]
+            )
+    offline = read_parquet(tdir, "served_vs_offline.parquet").to_pylist()
+    assert [(r["config"], r["concurrency"]) for r in offline] == [("ngram", 1), ("ngram", 2)]
+    for r in offline:
+        assert r["status"] == "no offline cells at this b" and r["speedup_ratio"] is None
+        assert r["note"] == "the run has no offline step with the ladder settings of ngram"
+        assert r["served_speedup"] == pytest.approx(speedup[("ngram", r["concurrency"])]["speedup"])
+    summary = (tdir / "summary.md").read_text()
+    assert "## Serving" in summary and "no offline cells at this b" in summary
+    assert (tdir / "serve.md").read_text().split("\n", 2)[2] in summary  # the summary's serve section is serve.md's
+    figs = work / "figures" / RUN
+    manifest = json.loads((figs / "manifest.json").read_text())
+    fig10 = manifest["figures"]["fig10_serve_latency"]
+    assert len(fig10["cells"]) == 4 and fig10["missing"] == []
+    for step in ("vanilla", "ngram"):
+        met = [docs[(step, b)]["serve"]["tpot_ms"]["median"] <= 5000.0 for b in (1, 2)]
+        note = "meets the target at every measured b" if all(met) else "misses"
+        assert any(n.startswith(f"{MODEL}/code/{step}: TPOT ≤ 5000 ms: ") and note in n for n in fig10["notes"])
+    assert (figs / "fig10_serve_latency.png").is_file() and (figs / "fig10_serve_latency.svg").is_file()
+    caption = (figs / "captions" / "fig10_serve_latency.rst").read_text()
+    first, last = rows[("ngram", 1)], rows[("ngram", 2)]
+    assert (
+        f"TPOT {first['tpot_ms_median']:.1f} ms at {first['output_tok_s']:.1f} tok/s (b = 1) → "
+        f"{last['tpot_ms_median']:.1f} ms at {last['output_tok_s']:.1f} tok/s (b = 2)"
+    ) in caption
 
 
 def test_failing_cell_leaves_no_server(serve_run):

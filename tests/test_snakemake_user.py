@@ -497,8 +497,14 @@ def test_report_of_the_reference_run_holds_descriptions_and_numbers(checkout, li
     html = (tmp_path / "report.html").read_text()
     assert "specsweep measures vLLM" in html and "<strong>h200-smollm2</strong>" in html  # workflow.rst
     manifest = json.loads((ROOT / "figures" / "h200-smollm2" / "manifest.json").read_text())
-    # one model: no size axis; R from single repeats: not drawn, not reported; no concurrency axis: no figure 9
-    assert list(manifest["left_out"]) == ["fig5_model_size", "fig8_r_at_scale", "fig9_concurrency"]
+    # one model: no size axis; R from single repeats: not drawn, not reported; no concurrency axis: no figure 9;
+    # no serve-mode step: no figure 10
+    assert set(manifest["left_out"]) == {
+        "fig5_model_size",
+        "fig8_r_at_scale",
+        "fig9_concurrency",
+        "fig10_serve_latency",
+    }
     assert '"figures/h200-smollm2/fig8_r_at_scale.png"' not in html
     for name in manifest["figures"]:
         title = re.match(r"\*\*(.+?)\*\*", (ROOT / "workflow" / "report" / f"{name}.rst").read_text()).group(1)

@@ -182,12 +182,12 @@ in_report = report
 
 def table_paths() -> list[str]:
     """The tables and their MANIFEST.json (a missing manifest is a missing output: the tables are rebuilt)."""
-    return paths.table_paths(RUN, [*table_files(), MANIFEST])
+    return paths.table_paths(RUN, [*table_files(STUDY.serves), MANIFEST])
 
 
 # A table that is not what the tables' MANIFEST.json records (truncated, changed) is moved out of the set, so
 # that Snakemake rebuilds the tables: its readers' error says "rebuild the tables: snakemake".
-for _damaged, _aside in set_aside_damaged(paths.tables_dir(RUN), table_files()):
+for _damaged, _aside in set_aside_damaged(paths.tables_dir(RUN), table_files(STUDY.serves)):
     print(
         f"specsweep: {_damaged}: not what the tables' {MANIFEST} records (moved to {_aside}); the tables "
         "will be rebuilt",

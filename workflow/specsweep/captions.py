@@ -19,12 +19,15 @@ from .claims import R_BAND
 from .crossover import describe
 from .errors import SpecsweepError
 from .jsonio import atomic_write_bytes
+from .latency import NAMES as LATENCY_NAMES
+from .latency import TARGET_RULE, b_text, target_text
 from .view import (
     CONCURRENCY_FIGURE,
     FIGURES,
     HEADLINE_STEP,
     K_ALPHA_WORKLOADS,
     R_AT_SCALE_FIGURE,
+    SERVE_FIGURE,
     SPEC_METHODS,
     Tables,
     Val,
@@ -32,6 +35,8 @@ from .view import (
     crossovers,
     drawn_figures,
     r_series,
+    serve_curves,
+    serve_limits,
     size_stats,
 )
 
@@ -278,6 +283,37 @@ def _fig9(data: Tables, _: str) -> str:
     )
 
 
+def _fig10(data: Tables, _: str) -> str:
+    served = data.served()
+    limit = serve_limits(served)
+    parts = []
+    for key, pts in serve_curves(served).items():
+        shown = []
+        for metric in ("tpot", "e2el"):
+            vals = [
+                (b, float(r["output_tok_s"]), v) for b, _, r in pts if (v := r.get(f"{metric}_ms_median")) is not None
+            ]
+            if vals:
+                ends = (vals[0], vals[-1]) if len(vals) > 1 else (vals[0],)
+                shown.append(
+                    f"{LATENCY_NAMES[metric]} "
+                    + " → ".join(f"{v:.1f} ms at {x:.1f} tok/s ({b_text(b)})" for b, x, v in ends)
+                )
+        lim = limit.get(key)
+        parts.append(
+            f"{'/'.join(map(_e, key))}: {'; '.join(shown) or 'no latency measured'}"
+            + (f"; {target_text(lim.targets)}: {lim.note}" if lim is not None else "")
+        )
+    return (
+        "Each serve-mode cell's latency through vLLM's OpenAI-compatible server, measured by vLLM's benchmark "
+        "client, against its output throughput: one point per concurrency b (requests in flight at most), one "
+        "line per ladder step and workload; left the time per output token, right the end-to-end latency, each "
+        "the median over requests (per repeat, then the median over repeats) with a whisker up to the p99 and a "
+        f"tick at the p90 over requests; dashed, the config's latency target. {TARGET_RULE.capitalize()}. "
+        "Per line: " + ("; ".join(parts) or "none") + "."
+    )
+
+
 _CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
     "fig1_headline": _fig1,
     "fig2_r_vs_k_code": _fig2,
@@ -288,6 +324,7 @@ _CAPTIONS: dict[str, Callable[[Tables, str], str]] = {
     "fig7_k_predicted": _fig7,
     "fig8_r_at_scale": _fig8,
     "fig9_concurrency": _fig9,
+    "fig10_serve_latency": _fig10,
 }
 
 
@@ -342,15 +379,18 @@ def captions(
 
     out: dict[str, Any] = {
         stem: _fig8(data, headline, r_runs) if stem == R_AT_SCALE_FIGURE else _CAPTIONS[stem](data, headline)
-        for stem in drawn_figures(data.concurrency_axis)
+        for stem in drawn_figures(data.concurrency_axis, data.serves)
         if stem not in set(left_out)
     }
     foot = footer(data)
 
     def foot_of(stem: str) -> str:
-        """Figure 9's footer from the cells at a b, figure 8's from every model it draws (smallest first)."""
+        """Figure 9's footer from the cells at a b, figure 10's from the serve-mode cells, figure 8's from every
+        model it draws (smallest first)."""
         if stem == CONCURRENCY_FIGURE:
             return footer(data.concurrency())
+        if stem == SERVE_FIGURE:
+            return footer(data.served())
         if stem == R_AT_SCALE_FIGURE:
             return footer(data, tuple(data.models()) or (headline,))
         return foot

@@ -10,7 +10,7 @@ import copy
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +213,21 @@ class Study:
         if serve_base is not None and self.mode(step) == "serve":
             return str(serve_base)
         return self.baseline
+
+    @property
+    def serves(self) -> bool:
+        """Whether any cell of the run is measured in serve mode (its tables then add serve.parquet,
+        served_vs_offline.parquet and serve.md, its figures figure 10)."""
+        return any(self.mode(c.step) == "serve" for c in self.cells)
+
+    def offline_twin(self, step: str) -> str | None:
+        """The offline ladder step whose settings are a serve-mode step's but for its mode (the first in ladder
+        order), which its served cells are set beside; None when the run has none."""
+        mine = self.ladder[step]
+        for name, other in self.ladder.items():
+            if self.mode(name) == "offline" and replace(other, name=mine.name, mode=mine.mode) == mine:
+                return name
+        return None
 
     @property
     def baselines(self) -> frozenset[str]:

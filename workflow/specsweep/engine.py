@@ -252,8 +252,10 @@ def pool_record(pool: int, requests: int, min_s: float | None, min_tok: int | No
     }
 
 
-class Engine:
-    """One vLLM engine for one (model, ladder step, repeat); measures workloads one after another."""
+class EngineBase:
+    """What every engine of one (model, ladder step, repeat) holds, in process (Engine) or as vLLM's server
+    (serve.ServeEngine): its identity and key, the cells it measured, its start's cost, its GPU slots and the
+    model folder's record."""
 
     def __init__(self, study: Study, cell: Cell, model: str, repeat: int) -> None:
         self.study, self.model, self.repeat = study, model, repeat
@@ -265,9 +267,13 @@ class Engine:
         self.import_s = 0.0
         self.engine_start_s = 0.0
         self.gpu_slots: dict[str, object] = {}
-        self.llm: Any = None
+        self.llm: Any = None  # the in-process engine (vllm.LLM); none for a server
         self.model_record: dict[str, Any] | None = None
         self.memory_after_start: dict[str, Any] | None = None
+
+
+class Engine(EngineBase):
+    """One vLLM engine for one (model, ladder step, repeat); measures workloads one after another."""
 
     def start(self) -> None:
         for key, value in self.identity["env"].items():

@@ -847,16 +847,27 @@ def _host_env() -> dict[str, str]:
 
 
 def _end_child(proc: subprocess.Popen[bytes]) -> None:
-    """End a host this process spawned (its own child: the pid cannot have been reused), and its processes:
-    SIGTERM, then SIGKILL after a grace period. A second Ctrl-C does not cut this short."""
+    """End a host this process spawned (its own child: the pid cannot have been reused), and its processes."""
+    end_group(proc, TERM_GRACE_S)
+
+
+def end_group(proc: subprocess.Popen[bytes], grace_s: float, sweep: bool = False) -> None:
+    """End a child of this process and the processes of its group (it leads one: start_new_session or setsid):
+    SIGTERM, then SIGKILL after `grace_s`; with `sweep`, then SIGKILL what is left of its group (processes that
+    outlived their leader). A second Ctrl-C does not cut this short."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         _signal_group(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(TERM_GRACE_S)
+            proc.wait(grace_s)
         except subprocess.TimeoutExpired:
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
+        if sweep:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 

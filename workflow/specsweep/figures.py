@@ -41,6 +41,8 @@ from . import stats
 from .claims import R_BAND
 from .escape import MPL_RC
 from .labels import agg_renderer, dodge_1d, place_labels
+from .latency import NAMES as LATENCY_NAMES
+from .latency import TARGET_RULE, b_text, target_text, targets_of
 from .paths import FIGURES_MANIFEST
 from .view import (
     CONCURRENCY_FIGURE,
@@ -49,7 +51,10 @@ from .view import (
     K_ALPHA_WORKLOADS,
     LADDER,
     ONE_MODEL,
+    ONE_POINT,
+    SERVE_FIGURE,
     SPEC_METHODS,
+    WHISKER_CI,
     WORKLOADS,
     Cell,
     KRef,
@@ -72,6 +77,8 @@ from .view import (
     r_lines,
     r_points,
     random_weights_note,
+    serve_curves,
+    serve_limits,
     short_model,
     size_stats,
 )
@@ -419,6 +426,7 @@ class _Ctx:
         data: Tables | None = None,
         nrows: int = 1,
         point: str = "median",
+        whisker: str = WHISKER_CI,
         **layout: float,
     ) -> Iterator[list[Axes]]:
         """Create a figure (title, footer of ``data``, default the run's tables; missing box), yield its axes
@@ -427,7 +435,7 @@ class _Ctx:
         says). A figure that draws cells of a model with random weights says so in its title."""
         if not needs.used:
             raise LeftOut(f"no measured cell among the {len(needs.needed)} it needs in run {self.data.run}")
-        footer = (data or self.data).footer(needs.needed, point)
+        footer = (data or self.data).footer(needs.needed, point, whisker)
         title += random_weights_note(c[0] for c in needs.used if c[0] in self.data.dummy)
         fig, axes = _new_figure(size, ncols, title, needs, footer, nrows=nrows, **layout)
         yield axes
@@ -1265,6 +1273,17 @@ def _n_labels(ax: Axes, labels: dict[float, tuple[float, set[int]]]) -> None:
         ax.annotate(text, (x, y), xytext=(0, 4), textcoords="offset points", fontsize=7, ha="center")
 
 
+#: Figures 9 and 10: the legend below the last row of axes, two columns.
+LEGEND_BELOW: dict[str, Any] = {
+    "loc": "upper left",
+    "bbox_to_anchor": (0.0, -0.16),
+    "ncols": 2,
+    "fontsize": 7,
+    "frameon": False,
+    "handlelength": 4.0,  # long enough to show each workload's dash pattern
+}
+
+
 def _fig9_concurrency(ctx: _Ctx) -> _Needs:
     data = ctx.data.concurrency()
     curves = concurrency_curves(data)
@@ -1291,14 +1310,6 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
                 _message(a, f"no cell at a concurrency in run {data.run}", color=MISSING_COLOR)
             return needs
         bs = [b for pts in curves.values() for b, _ in pts]
-        below: dict[str, Any] = {
-            "loc": "upper left",
-            "bbox_to_anchor": (0.0, -0.16),
-            "ncols": 2,
-            "fontsize": 7,
-            "frameon": False,
-            "handlelength": 4.0,  # long enough to show each workload's dash pattern
-        }
         for i, model in enumerate(models):
             ax, bx = axes[2 * i], axes[2 * i + 1]
             ax.axhline(1.0, color="black", linewidth=0.8)
@@ -1351,9 +1362,9 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
 
         handles.append(Line2D([], [], marker="X", color="#555555", markeredgecolor="black", linestyle="none"))
         labels.append("b*: speedup falls through 1 (log-b interpolation)")
-        last_a.legend(handles, labels, **below)
+        last_a.legend(handles, labels, **LEGEND_BELOW)
         if axes[1].lines:
-            last_b.legend(*axes[1].get_legend_handles_labels(), **below)
+            last_b.legend(*axes[1].get_legend_handles_labels(), **LEGEND_BELOW)
         for key, x in cross.items():
             needs.notes.append(
                 f"{'/'.join(key)}: b* {x['b_star']} [{x['b_star_lo']}, {x['b_star_hi']}], n = {x['n']}: {x['note']}"
@@ -1368,6 +1379,146 @@ def _fig9_concurrency(ctx: _Ctx) -> _Needs:
     return needs
 
 
+#: Colours for serve-mode steps that neither their name nor their method gives one (COLORS), in ladder order.
+EXTRA_COLORS = ("#d62728", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#9467bd")
+#: Figure 10 draws a latency target as a line where it is at most this many times the highest point (median,
+#: p90, p99) of the panel; a target further up is written on the panel instead, so the points keep the axis.
+TARGET_REACH = 2.0
+#: Figure 10's panels: the latencies drawn against output throughput.
+SERVE_PANELS = ("tpot", "e2el")
+
+
+def _serve_colors(data: Tables, steps: Sequence[str]) -> dict[str, str]:
+    """A colour per serve-mode step: grey for a baseline, else its name's, else its method's if no other step
+    has it, else the next of EXTRA_COLORS."""
+    rows = list(data.serve.values())
+    bases = {str(r["baseline"]) for r in rows if r.get("baseline")} | {data.baseline}
+    method = {str(r["config"]): str(r.get("method") or "") for r in rows}
+    out: dict[str, str] = {}
+    extra = iter(EXTRA_COLORS * (1 + len(steps) // len(EXTRA_COLORS)))
+    for step in steps:
+        if step in bases:
+            out[step] = COLORS["baseline"]
+        elif step in COLORS and COLORS[step] not in out.values():
+            out[step] = COLORS[step]
+        elif method.get(step) in COLORS and COLORS[method[step]] not in out.values():
+            out[step] = COLORS[method[step]]
+        else:
+            out[step] = next(extra)
+    return out
+
+
+def _serve_points(
+    pts: Sequence[tuple[int | None, Cell, dict[str, Any]]], metric: str
+) -> list[tuple[float, float, float | None, float | None, int | None]]:
+    """A curve's points for one latency: (output tok/s, median, p90, p99, b), those with both a throughput and
+    a median."""
+    out = []
+    for b, _, r in pts:
+        x, y = num(r.get("output_tok_s")), num(r.get(f"{metric}_ms_median"))
+        if x is not None and y is not None:
+            out.append((x, y, num(r.get(f"{metric}_ms_p90")), num(r.get(f"{metric}_ms_p99")), b))
+    return out
+
+
+def _fig10_serve_latency(ctx: _Ctx) -> _Needs:
+    data = ctx.data.served()
+    curves = serve_curves(data)
+    limit = serve_limits(data)
+    needs = _Needs.of(data, list(data.serve))
+    if needs.used and all(len(pts) < 2 for pts in curves.values()):
+        shown = sorted({b_text(b) for pts in curves.values() for b, _, _ in pts})
+        raise LeftOut(ONE_POINT.format(points=", ".join(shown)))
+    models = [m for m in data.models() if any(k[0] == m for k in curves)] or sorted({k[0] for k in curves})
+    workloads = ordered({k[1] for k in curves}, WORKLOADS)
+    steps = ordered({k[2] for k in curves}, (data.baseline, *LADDER))
+    colors = _serve_colors(data, steps)
+    styles = ("-", "--", ":", "-.")
+    targets = targets_of(next(iter(data.serve.values()))) if data.serve else {}
+    rates = sorted({float(x) for r in data.serve.values() if (x := num(r.get("request_rate"))) is not None})
+    legend_rows = -(-(len(steps) * len(workloads) + 1) // 2)
+    legend_in = 0.18 * legend_rows
+    rows = max(len(models), 1)
+    size = (11.0, 0.9 + 3.6 * rows + legend_in)
+    arrivals = f"arrivals at {', '.join(f'{r:g}' for r in rates)} requests/s" if rates else "all requests at once"
+    title = (
+        "Latency against output throughput through vLLM's server, one point per concurrency b "
+        f"(max requests in flight; {arrivals})"
+    )
+    with ctx.figure(
+        SERVE_FIGURE,
+        needs,
+        size,
+        2,
+        title,
+        data=data,
+        nrows=rows,
+        point="median over requests",
+        whisker="up to the p99 over requests, tick at the p90",
+        bottom_in=0.55 + legend_in,
+    ) as axes:
+        for i, model in enumerate(models):
+            for j, metric in enumerate(SERVE_PANELS):
+                ax = axes[2 * i + j]
+                name = LATENCY_NAMES[metric]
+                drawn: list[tuple[float, float, float | None, float | None, int | None]] = []
+                for w in workloads:
+                    style = styles[workloads.index(w) % len(styles)]
+                    for step in steps:
+                        pts = _serve_points(curves.get((model, w, step), []), metric)
+                        drawn += pts
+                        if not pts:
+                            continue
+                        colour = colors[step]
+                        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+                        ax.plot(xs, ys, style, color=colour, marker="o", markersize=3.5, label=f"{step} · {w}")
+                        for x, y, p90, p99, b in pts:
+                            if p99 is not None and p99 > y:
+                                ax.errorbar(
+                                    [x], [y], yerr=[[0.0], [p99 - y]], fmt="none", **(WHISKER | {"color": colour})
+                                )
+                            if p90 is not None:
+                                ax.plot([x], [p90], "_", color=colour, markersize=7)
+                            ax.annotate(
+                                "all" if b is None else f"b={b}", (x, y), xytext=(4, -9), textcoords="offset points",
+                                fontsize=6, color=colour,
+                            )  # fmt: skip
+                target = targets.get(metric)
+                top = max((v for p in drawn for v in p[1:4] if v is not None), default=0.0)
+                if target is not None and target <= TARGET_REACH * top:
+                    ax.axhline(target, color=MISSING_COLOR, linestyle="--", linewidth=1.0)
+                    ax.annotate(
+                        f"target {name} ≤ {target:g} ms", (0.01, target), xycoords=("axes fraction", "data"),
+                        xytext=(0, 3), textcoords="offset points", fontsize=7, color=MISSING_COLOR,
+                    )  # fmt: skip
+                elif target is not None and top > 0:  # far above every point: said, not drawn (the axis keeps them)
+                    ax.annotate(
+                        f"target {name} ≤ {target:g} ms: above every point, off the axis", (0.01, 0.97),
+                        xycoords="axes fraction", va="top", fontsize=7, color=MISSING_COLOR,
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0},
+                    )  # fmt: skip
+                ax.set_ylim(bottom=0)
+                ax.set_xlim(left=0)
+                ax.grid(True, axis="both")
+                ax.set_xlabel("output throughput, tok/s (median over repeats)")
+                ax.set_ylabel(f"{name}, ms (median over requests)")
+                where = f"target {name} ≤ {target:g} ms" if target is not None else "no target set for it"
+                ax.set_title(
+                    f"{'ab'[j]}) {model}: {name}, whisker to p99, tick at p90; {where}", loc="left", fontsize=8
+                )
+                if not ax.lines:
+                    _message(ax, f"no {name} measured", color=NOISE_COLOR)
+        axes[-2].legend(*axes[0].get_legend_handles_labels(), **LEGEND_BELOW)
+        for key, lim in limit.items():
+            needs.notes.append(f"{'/'.join(key)}: {target_text(lim.targets)}: {lim.note}")
+        needs.notes.append(
+            f"a) TPOT, b) E2EL: marker = median over requests (per repeat; the median over repeats), whisker up to "
+            "the p99 and tick at the p90 over requests (their spread, not an uncertainty); x = output tokens per "
+            f"second; dashed = the config's target (serve.goodput); {TARGET_RULE}"
+        )
+    return needs
+
+
 _DRAW: dict[str, Callable[[_Ctx], _Needs]] = {
     "fig1_headline": _fig1_headline,
     "fig2_r_vs_k_code": _fig2_r_vs_k,
@@ -1378,6 +1529,7 @@ _DRAW: dict[str, Callable[[_Ctx], _Needs]] = {
     "fig7_k_predicted": _fig7_k_predicted,
     "fig8_r_at_scale": _fig8_r_at_scale,
     "fig9_concurrency": _fig9_concurrency,
+    "fig10_serve_latency": _fig10_serve_latency,
 }
 assert tuple(_DRAW) == FIGURES, "every figure in FIGURES needs a drawing function, in the same order"
 
@@ -1405,8 +1557,8 @@ def render_all(
     headline_step: str = HEADLINE_STEP,
 ) -> dict:
     """Render every figure of :data:`FIGURES` the run gets (:func:`drawn_figures`: figure 9 only with a
-    concurrency axis) as PNG + SVG, and ``manifest.json``, into ``out_dir``; a figure left out is named in the
-    manifest's ``left_out`` with the reason.
+    concurrency axis, figure 10 only with serve-mode cells) as PNG + SVG, and ``manifest.json``, into
+    ``out_dir``; a figure left out is named in the manifest's ``left_out`` with the reason.
 
     Only rows whose ``run`` column equals ``run`` are used.  Returns the manifest:
     ``{"run", "headline_model", "baseline", "repeats", "tables_manifest_sha256", "figures": {stem: {"files",
@@ -1425,8 +1577,8 @@ def render_all(
     data.headline_step = headline_step
     ctx = _Ctx(data=data, model=headline_model, out_dir=out_dir, k_ref=k_ref, r_runs=list(r_runs))
     figures: dict[str, Any] = {}
-    drawn = drawn_figures(data.concurrency_axis)
-    skipped: dict[str, str] = {stem: left_out_reason(run) for stem in FIGURES if stem not in drawn}
+    drawn = drawn_figures(data.concurrency_axis, data.serves)
+    skipped: dict[str, str] = {stem: left_out_reason(run, stem) for stem in FIGURES if stem not in drawn}
     with _style():
         for stem in drawn:
             if left_out and stem in left_out:

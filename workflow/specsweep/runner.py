@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import platform
 import signal
 import socket
 import time
@@ -16,7 +15,19 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import cells, enginehost, inflight, metrics, paths, preflight_checks, provenance, serve, slots, workloads
+from . import (
+    celldoc,
+    cells,
+    enginehost,
+    inflight,
+    metrics,
+    paths,
+    preflight_checks,
+    provenance,
+    serve,
+    slots,
+    workloads,
+)
 from .architectures import tokenizer_path
 from .config import Cell, Study
 from .engine import (
@@ -32,7 +43,7 @@ from .engine import (
 from .errors import SpecsweepError
 from .jsonio import atomic_write_bytes, atomic_write_json, read_json, sha256_obj
 
-FORMAT = "specsweep-cell/2"
+FORMAT = celldoc.FORMAT
 
 
 def build_doc(
@@ -62,7 +73,6 @@ def build_doc(
         else None
     )
     measured_ms = raw["decode"].step_time_ms
-    first = raw["position"] == 1
     # per-request latency from vLLM's RequestStateStats (RequestOutput.metrics, filled when stats are logged)
     latencies = [
         inflight.request_latency(getattr(o, "metrics", None), len(ids)) for o, ids in zip(outs, out_ids, strict=True)
@@ -72,65 +82,14 @@ def build_doc(
     method = "timestamps" if measured_ms is not None else ("prefill probe" if probe_ms is not None else None)
     order = raw["finish_order"]
     return {
-        "format": FORMAT,
-        "status": "ok",
-        "run": study.run,
-        "model": cell.model,
-        "workload": cell.workload,
-        "config": cell.step,
-        "repeat": repeat,
-        "group": study.cell_groups.get(cell),
-        "units": dict(cells.UNITS),
-        "settings": settings,
-        "config_sha256": sha256_obj(settings),
-        "model_info": {
-            "source": engine.model,
-            "params_b": spec.params_b,
-            "tp": spec.tp,
-            "trust_remote_code": spec.trust_remote_code,
-            "prompt_format": "chat" if raw["use_chat"] else "raw",
-            "note": None if raw["use_chat"] else "model has no chat template (or chat_template: false): raw prompts",
-            "weights": spec.weights,
-            "revision": (engine.model_record or {}).get("revision"),
-            "manifest_sha256": (engine.model_record or {}).get("manifest_sha256"),
-        },
+        **celldoc.header(study, cell, repeat, engine, raw["use_chat"]),
         "dataset": {
-            "workload_file": str(workload_path),
-            "content_sha256": wl["content_sha256"],
-            "corpus_sha256": wl["corpus_sha256"],
-            "seed": wl["seed"],
-            "prompts": len(timed_ids),
-            "warmup_prompts": raw["warm_count"],
-            "input_tokens_mean": input_tokens / len(timed_ids),
-            "output_tokens_mean": output_tokens / len(timed_ids),
+            **celldoc.dataset(workload_path, wl, len(timed_ids), raw["warm_count"], input_tokens, output_tokens),
             # a cell at b: the whole cycles of the prompt pool its pass ran (engine.pool_record); null otherwise
             "pool": raw.get("pool"),
         },
         "effective": raw["effective"],
-        "engine": {
-            "key": engine.key,
-            "pid": os.getpid(),
-            "position": raw["position"],
-            "import_s": engine.import_s if first else 0.0,
-            "engine_start_s": engine.engine_start_s,
-            "engine_start_paid": first,
-            "memory_after_start": engine.memory_after_start,
-            "resets": raw["resets"],
-            "identity_sha256": sha256_obj(engine.identity),
-        },
-        "timing": {
-            "engine_start_s": engine.engine_start_s if first else 0.0,
-            "warmup_s": raw["warmup_s"],
-            "gen_wall_s": gen_wall_s,
-            "reset_s": raw["resets"]["reset_s"],
-            "prefill_probe_s": prefill["probe_s"],
-        },
-        "tokens": {
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "output_tok_s": output_tokens / gen_wall_s,
-            "total_tok_s": (input_tokens + output_tokens) / gen_wall_s,
-        },
+        **celldoc.pass_fields(engine, raw, os.getpid(), gen_wall_s, input_tokens, output_tokens, prefill["probe_s"]),
         "steps": {
             "engine_steps": steps,
             "tokens_per_step": output_tokens / steps if steps else None,
@@ -166,21 +125,14 @@ def build_doc(
         },
         "gpu": gpu,
         "host_cpu": raw.get("host_cpu"),
-        "provenance": {
-            "versions": provenance.versions(),
-            "device": provenance.device_info(spec.tp) | {"driver": gpu["driver"] if gpu else raw["driver"]},
-            "host": socket.gethostname(),
-            "machine": provenance.machine(raw["gpu_uuids"]),
-            "platform": platform.platform(),
-            "harness": "specsweep.runner (vllm.LLM.generate, offline)"
+        "provenance": celldoc.provenance_block(
+            spec.tp,
+            engine,
+            raw,
+            "specsweep.runner (vllm.LLM.generate, offline)"
             if cell.concurrency is None
             else f"specsweep.runner (vllm LLMEngine.add_request/step, offline, {cell.concurrency} in flight)",
-            "gpu_slots": engine.gpu_slots,
-            "git": provenance.git_state(),
-            "code": provenance.code_state(),
-            "started": None,  # filled in by the cell job
-            "finished": provenance.utc_now(),
-        },
+        ),
     } | _replay_payload(spec.weights, raw["timed_ids"], out_ids, outs, engine)
 
 

@@ -23,7 +23,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import random
 import signal
 import socket
@@ -35,13 +34,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from . import cells, enginehost, metrics, provenance, slots, workloads
+from . import celldoc, enginehost, metrics, slots, workloads
 from .architectures import tokenizer_path
 from .config import Cell, Study
-from .engine import encode_prompts, engine_identity, engine_key, uses_chat
+from .engine import EngineBase, encode_prompts, uses_chat
 from .errors import SpecsweepError
 from .hostcpu import HostCpuMeter
-from .jsonio import sha256_obj
 from .telemetry import GpuSampler
 
 LOOPBACK = "127.0.0.1"
@@ -133,25 +131,14 @@ def _post(url: str, timeout: float = 60.0) -> int:
         return int(resp.status)
 
 
-class ServeEngine:
+class ServeEngine(EngineBase):
     """vLLM's OpenAI-compatible server for one (model, ladder step, repeat): started by `start`, ended by
     `close`; measures cells with vLLM's benchmark client (the engine host's `engine` in serve mode)."""
 
     def __init__(self, study: Study, cell: Cell, model: str, repeat: int) -> None:
-        self.study, self.model, self.repeat = study, model, repeat
-        self.spec = study.models[cell.model]
-        self.step = cell.step
-        self.identity = engine_identity(study, cell, model, repeat)
-        self.key = engine_key(self.identity)
-        self.measured = 0
-        self.import_s = 0.0
-        self.engine_start_s = 0.0
-        self.gpu_slots: dict[str, object] = {}
-        self.model_record: dict[str, Any] | None = None
-        self.memory_after_start: dict[str, Any] | None = None
+        super().__init__(study, cell, model, repeat)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
-        self.llm: Any = None  # no in-process engine
 
     @property
     def base_url(self) -> str:
@@ -196,19 +183,8 @@ class ServeEngine:
     def close(self) -> None:
         """End the server and its engine processes (its process group): SIGTERM, SIGKILL after a grace."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            _killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(TERM_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            _killpg(proc.pid, signal.SIGKILL)  # what is left of its group (engine processes that lingered)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if proc is not None:
+            enginehost.end_group(proc, TERM_GRACE_S, sweep=True)
 
     def _metrics(self) -> dict[str, Any]:
         """The server's /metrics as a metrics.snapshot."""
@@ -376,8 +352,6 @@ def build_doc(
 ) -> dict[str, Any]:
     """The cell document of a serve-mode measurement: the fields of every cell (format specsweep-cell/2), the
     client's latencies in `latency` and `requests`, and the whole of the client's summary in `serve`."""
-    from .runner import FORMAT
-
     spec = study.models[cell.model]
     wl, d, res = raw["workload"], raw["delta"], raw["result"]
     settings = study.cell_settings(cell)
@@ -398,43 +372,15 @@ def build_doc(
     steps = int(d["steps"])
     if steps < 1:
         raise SpecsweepError("serve: the server's /metrics counted no engine step in the timed pass")
-    first = raw["position"] == 1
     b = cell.concurrency
     gpu = raw["gpu"]
+    server_pid = engine.proc.pid if engine.proc is not None else os.getpid()
     srv = settings.get("serve") or {}
     return {
-        "format": FORMAT,
-        "status": "ok",
-        "run": study.run,
-        "model": cell.model,
-        "workload": cell.workload,
-        "config": cell.step,
-        "repeat": repeat,
-        "group": study.cell_groups.get(cell),
-        "units": dict(cells.UNITS),
-        "settings": settings,
-        "config_sha256": sha256_obj(settings),
-        "model_info": {
-            "source": engine.model,
-            "params_b": spec.params_b,
-            "tp": spec.tp,
-            "trust_remote_code": spec.trust_remote_code,
-            "prompt_format": "chat" if raw["use_chat"] else "raw",
-            "note": None if raw["use_chat"] else "model has no chat template (or chat_template: false): raw prompts",
-            "weights": spec.weights,
-            "revision": (engine.model_record or {}).get("revision"),
-            "manifest_sha256": (engine.model_record or {}).get("manifest_sha256"),
-        },
-        "dataset": {
-            "workload_file": str(workload_path),
-            "content_sha256": wl["content_sha256"],
-            "corpus_sha256": wl["corpus_sha256"],
-            "seed": wl["seed"],
-            "prompts": len(raw["timed_ids"]),
-            "warmup_prompts": raw["warm_count"],
-            "input_tokens_mean": input_tokens / len(raw["timed_ids"]),
-            "output_tokens_mean": output_tokens / len(raw["timed_ids"]),
-        },
+        **celldoc.header(study, cell, repeat, engine, raw["use_chat"]),
+        "dataset": celldoc.dataset(
+            workload_path, wl, len(raw["timed_ids"]), raw["warm_count"], input_tokens, output_tokens
+        ),
         "effective": {  # what was asked for: the server's resolved config is not read back
             "cudagraph_mode": str((kwargs.get("compilation_config") or {}).get("cudagraph_mode", "default")),
             "enforce_eager": kwargs.get("enforce_eager"),
@@ -447,30 +393,8 @@ def build_doc(
             "max_model_len": kwargs.get("max_model_len"),
             "source": "the server's arguments as requested (vLLM's resolved config is not read back in serve mode)",
         },
-        "engine": {
-            "key": engine.key,
-            "pid": engine.proc.pid if engine.proc is not None else os.getpid(),
-            "position": raw["position"],
-            "import_s": 0.0,
-            "engine_start_s": engine.engine_start_s,
-            "engine_start_paid": first,
-            "memory_after_start": None,
-            "resets": raw["resets"],
-            "identity_sha256": sha256_obj(engine.identity),
-        },
-        "timing": {
-            "engine_start_s": engine.engine_start_s if first else 0.0,
-            "warmup_s": raw["warmup_s"],
-            "gen_wall_s": wall,
-            "reset_s": raw["resets"]["reset_s"],
-            "prefill_probe_s": None,
-        },
-        "tokens": {
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "output_tok_s": output_tokens / wall,
-            "total_tok_s": (input_tokens + output_tokens) / wall,
-        },
+        # pid: the server's (the engine's process); the host's where it is gone
+        **celldoc.pass_fields(engine, raw, server_pid, wall, input_tokens, output_tokens, None),
         "steps": {
             "engine_steps": steps,
             "tokens_per_step": output_tokens / steps,
@@ -494,8 +418,8 @@ def build_doc(
             "finish_order": rank,
         },
         "latency": {
-            "ttft_s": {"median": _q(list(ttft), 0.5), "p90": _q(list(ttft), 0.9)},
-            "tpot_s": {"median": _q(tpot, 0.5), "p90": _q(tpot, 0.9)},
+            "ttft_s": {"median": _q(list(ttft), 0.5), "p90": _q(list(ttft), 0.9), "p99": _q(list(ttft), 0.99)},
+            "tpot_s": {"median": _q(tpot, 0.5), "p90": _q(tpot, 0.9), "p99": _q(tpot, 0.99)},
             "decode_tok_s": None,
             "source": "vllm.benchmarks.serve, client side over streaming: TTFT from sending to the first chunk, "
             "TPOT = (end-to-end latency - TTFT) / (output tokens - 1)",
@@ -545,17 +469,5 @@ def build_doc(
         },
         "gpu": gpu,
         "host_cpu": raw.get("host_cpu"),
-        "provenance": {
-            "versions": provenance.versions(),
-            "device": provenance.device_info(spec.tp) | {"driver": gpu["driver"] if gpu else raw["driver"]},
-            "host": socket.gethostname(),
-            "machine": provenance.machine(raw["gpu_uuids"]),
-            "platform": platform.platform(),
-            "harness": HARNESS,
-            "gpu_slots": engine.gpu_slots,
-            "git": provenance.git_state(),
-            "code": provenance.code_state(),
-            "started": None,
-            "finished": provenance.utc_now(),
-        },
+        "provenance": celldoc.provenance_block(spec.tp, engine, raw, HARNESS),
     }

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from . import paths, stats
 from .config import SPEC_METHODS
+from .latency import Limit, b_text, limits, order_key
 
 #: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
 FIGURES: tuple[str, ...] = (
@@ -31,21 +32,34 @@ FIGURES: tuple[str, ...] = (
     "fig7_k_predicted",
     "fig8_r_at_scale",
     "fig9_concurrency",
+    "fig10_serve_latency",
 )
 #: Drawn only for a run with a concurrency axis (a workload measured at concurrencies b); left out of the
 #: others' figures and named in their manifest's ``left_out``.
 CONCURRENCY_FIGURE = "fig9_concurrency"
+#: Drawn only for a run with serve-mode steps (config `mode: serve`); left out of the others' figures, named.
+SERVE_FIGURE = "fig10_serve_latency"
 #: Draws R of every sized model of a run (and of the runs in ``r_at_scale_runs``), not the headline model's alone.
 R_AT_SCALE_FIGURE = "fig8_r_at_scale"
 
 
-def drawn_figures(concurrency_axis: bool) -> tuple[str, ...]:
-    """The figures a run gets, in report order: all of :data:`FIGURES`, figure 9 only with a concurrency axis."""
-    return tuple(f for f in FIGURES if concurrency_axis or f != CONCURRENCY_FIGURE)
+def drawn_figures(concurrency_axis: bool, serves: bool = False) -> tuple[str, ...]:
+    """The figures a run gets, in report order: all of :data:`FIGURES`, figure 9 only with a concurrency axis,
+    figure 10 only with serve-mode cells."""
+    return tuple(f for f in FIGURES if (concurrency_axis or f != CONCURRENCY_FIGURE) and (serves or f != SERVE_FIGURE))
 
 
-def left_out_reason(run: str) -> str:
+def left_out_reason(run: str, stem: str = CONCURRENCY_FIGURE) -> str:
+    """Why a run does not get figure 9 or 10 (:func:`drawn_figures`)."""
+    if stem == SERVE_FIGURE:
+        return f"no serve-mode cell: no ladder step of run {run} is measured through vLLM's server (mode: serve)"
     return f"no concurrency axis: no workload of run {run} is measured at a concurrency (workloads.<name>.concurrency)"
+
+
+#: Figure 10 draws latency against throughput along b: one operating point per step is no curve.
+ONE_POINT = (
+    "one operating point per ladder step ({points}): a latency-throughput curve needs two; serve.md lists its latencies"
+)
 
 
 AT_B = "concurrencies b only: figure 9"
@@ -138,6 +152,10 @@ def distinct_text(rows: Iterable[Row], column: str) -> str:
     return " / ".join(values) if values else "unknown"
 
 
+#: What a figure's whiskers are unless it says otherwise (figure 10's are quantiles over requests).
+WHISKER_CI = "95 % interval (engine starts)"
+
+
 @dataclass(frozen=True)
 class Val:
     """A median over repeats with its 95 % interval (None for n < 2) and n."""
@@ -174,6 +192,8 @@ class Tables:
     dummy: frozenset[str] = frozenset()
     #: the ladder step figures 1 and 6 and their captions compare with the baseline (config `headline_step`)
     headline_step: str = HEADLINE_STEP
+    #: serve.parquet's rows (serve-mode cells, at every b; none for a run without serve-mode steps): figure 10
+    serve: dict[Cell, Row] = field(default_factory=dict)
 
     @classmethod
     def load(cls, tables_dir: Path, run: str) -> Tables:
@@ -195,6 +215,12 @@ class Tables:
         def point(rows: list[Row], at: bool) -> list[Row]:  # tables from before the axis have no such column
             return [r for r in rows if (r.get("concurrency") is not None) == at]
 
+        serve: list[Row] = []
+        if (tables_dir / "serve.parquet").is_file():  # a run with serve-mode steps (tables.SERVE_FILES)
+            vtab = read_parquet(tables_dir, "serve.parquet")
+            check_tables_run(tables_dir, vtab, run)
+            serve = [r for r in vtab.to_pylist() if r.get("run") == run]
+
         return cls(
             run=run,
             baseline=baseline,
@@ -203,6 +229,7 @@ class Tables:
             speedup=_index(point(srows, False), "speedup.parquet"),
             replication=replication_of(meta),
             at_b=(_index(point(crows, True), "cells.parquet"), _index(point(srows, True), "speedup.parquet")),
+            serve=_index(serve, "serve.parquet"),
         )
 
     @property
@@ -213,6 +240,25 @@ class Tables:
         """The cells measured at a concurrency b, as tables of their own (their rows carry `concurrency`)."""
         return Tables(
             self.run, self.baseline, self.repeats, self.at_b[0], self.at_b[1], self.replication, dummy=self.dummy
+        )
+
+    @property
+    def serves(self) -> bool:
+        return bool(self.serve)
+
+    def served(self) -> Tables:
+        """The serve-mode cells, at every b, as tables of their own (figure 10): their cells.parquet and
+        speedup.parquet rows, and their serve.parquet rows."""
+        cells, spd = {**self.cells, **self.at_b[0]}, {**self.speedup, **self.at_b[1]}
+        return Tables(
+            self.run,
+            self.baseline,
+            self.repeats,
+            {k: cells[k] for k in self.serve if k in cells},
+            {k: spd[k] for k in self.serve if k in spd},
+            self.replication,
+            dummy=self.dummy,
+            serve=self.serve,
         )
 
     # --- structure
@@ -317,13 +363,14 @@ class Tables:
     def rows_of(self, cells: Iterable[Cell]) -> list[Row]:
         return [self.cells[c] for c in cells if c in self.cells]
 
-    def footer(self, cells: Iterable[Cell], point: str = "median") -> str:
-        """Footer: run, n, what a bar and a whisker are (``point``: the bars' statistic), device and vLLM (of
-        ``cells``; of the run if none has a row), and which models have random weights."""
+    def footer(self, cells: Iterable[Cell], point: str = "median", whisker: str = WHISKER_CI) -> str:
+        """Footer: run, n, what a bar and a whisker are (``point``: the bars' statistic, ``whisker``: the
+        whiskers'), device and vLLM (of ``cells``; of the run if none has a row), and which models have random
+        weights."""
         cells = list(cells)
         rows = [r for r in self.rows_of(cells) if r.get("n")] or [r for r in self.cells.values() if r.get("n")]
         return (
-            f"run: {self.run} · {self.n_text(cells)} · bar/marker = {point}, whisker = 95 % interval (engine starts)"
+            f"run: {self.run} · {self.n_text(cells)} · bar/marker = {point}, whisker = {whisker}"
             f" · device: {distinct_text(rows, 'device_name')} · vLLM {distinct_text(rows, 'vllm_version')}"
         )
 
@@ -408,7 +455,7 @@ def left_out_by_config(study: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     if not point:
         for stem in FIGURES:
-            if stem != CONCURRENCY_FIGURE:
+            if stem not in (CONCURRENCY_FIGURE, SERVE_FIGURE):  # those two draw the cells at b
                 out[stem] = f"no cell with all prompts at once, the point it draws (the run's cells are at {AT_B})"
     for stem, what in NEEDS_REAL_WEIGHTS.items():
         if stem in HEADLINE_FIGURES and headline in dummy:
@@ -443,14 +490,23 @@ def left_out_by_config(study: Any) -> dict[str, str]:
         out.setdefault("fig5_model_size", f"{ONE_MODEL}: {', '.join(study.models)}")
         if not study.raw.get("r_at_scale_runs"):  # figure 8 also draws other runs' models where the config names them
             out.setdefault(R_AT_SCALE_FIGURE, f"{ONE_MODEL}: {', '.join(study.models)}")
+    if getattr(study, "serves", False):
+        points: dict[tuple[str, str, str], set[int | None]] = {}
+        for c in study.cells:
+            if study.mode(c.step) == "serve":
+                points.setdefault((c.model, c.base_workload, c.step), set()).add(c.concurrency)
+        if all(len(p) < 2 for p in points.values()):
+            shown = sorted({b_text(b) for p in points.values() for b in p})
+            out[SERVE_FIGURE] = ONE_POINT.format(points=", ".join(shown))
     return {stem: out[stem] for stem in FIGURES if stem in out}
 
 
 def planned_figures(study: Any) -> list[str]:
     """The figures a run draws when all its cells are measured: those its axes give (:func:`drawn_figures`:
-    figure 9 only with a concurrency axis) less :func:`left_out_by_config`."""
+    figure 9 only with a concurrency axis, figure 10 only with serve-mode cells) less :func:`left_out_by_config`."""
     left = left_out_by_config(study)
-    return [stem for stem in drawn_figures(bool(getattr(study, "concurrency", None))) if stem not in left]
+    drawn = drawn_figures(bool(getattr(study, "concurrency", None)), bool(getattr(study, "serves", False)))
+    return [stem for stem in drawn if stem not in left]
 
 
 def dummy_models(study: Any) -> frozenset[str]:
@@ -593,3 +649,25 @@ def crossovers(data: Tables) -> dict[Curve, Row]:
     from .crossover import crossover_rows
 
     return {(x["model"], x["workload"], x["step"]): x for x in crossover_rows(list(data.speedup.values()))}
+
+
+# --------------------------------------------------------------------------- figure 10
+
+
+def serve_curves(data: Tables) -> dict[Curve, list[tuple[int | None, Cell, Row]]]:
+    """Figure 10's lines over ``data.serve``: (model, workload, step) -> [(b, cell, serve row)] of the measured
+    cells with an output throughput, in order of b (all prompts at once, no b, last)."""
+    from .crossover import base_workload
+
+    out: dict[Curve, list[tuple[int | None, Cell, Row]]] = {}
+    for cell, row in sorted(data.serve.items()):
+        if row.get("n") and num(row.get("output_tok_s")) is not None:
+            b = row.get("concurrency")
+            out.setdefault((cell[0], base_workload(cell[1]), cell[2]), []).append((b, cell, row))
+    return {k: sorted(v, key=lambda p: order_key(p[0])) for k, v in sorted(out.items())}
+
+
+def serve_limits(data: Tables) -> dict[Curve, Limit]:
+    """Where each (model, workload, step) of ``data.serve`` stops meeting the latency target (latency.limits,
+    the function the tables use), keyed like :func:`serve_curves`."""
+    return {(x.model, x.workload, x.step): x for x in limits(data.serve.values())}

@@ -11,6 +11,11 @@
                           R over decode steps, T (tokens-per-step ratio), and the engine settings of both sides
     crossover.parquet     per (model, workload, drafter) measured at several concurrencies: the b* where its
                           speedup falls through 1, with its interval (see crossover.py); empty without that axis
+    serve.parquet         runs with serve-mode steps only: per serve cell, vLLM's benchmark client's latencies
+                          (TTFT, TPOT, ITL, E2EL: median, p90, p99 over requests), goodput under the config's
+                          targets and whether the cell meets them (latency.py); served_vs_offline.parquet: a
+                          served drafter's speedup beside the offline one at the same b; serve.md: both, and
+                          where each step stops meeting the target (also the end of summary.md)
     gpu_time.json         seconds spent importing, starting engines, warming up, generating; generating_share
     claims.md             the article's claims decided by these tables (see claims.py)
 
@@ -34,7 +39,8 @@ baseline at the same b, never across b. Its per-request latency (TTFT, TPOT: med
 and decode-only throughput come from the cell's `latency` block; null for cells that lack one.
 
 The package, by job: `schema` (the column schemas), `conditions` (like with like, staleness), `load` (the
-measurement rows), `rows` (the cell and speedup rows), `accounting` (gpu_time), `markdown` (summary.md),
+measurement rows), `rows` (the cell and speedup rows), `serving` (the serve-mode tables), `accounting`
+(gpu_time), `markdown` (summary.md),
 `fileset` (the files, their manifest and the checked reader `read_parquet`); this module builds a set from them
 and keeps every name importable as `specsweep.tables.<name>`.
 """
@@ -50,11 +56,13 @@ import pyarrow.csv as pacsv
 
 from .. import crossover, stats
 from ..config import Study
+from ..escape import md_code
 from .accounting import DECIDED, gpu_time, host_cpu_line
 from .conditions import _levers, comparable, differing, same_cell_conditions, stale_keys
 from .fileset import (
     MANIFEST,
     REPLICATION_META,
+    SERVE_FILES,
     UNCHECKED_META,
     _parquet_bytes,
     check_tables_run,
@@ -87,6 +95,8 @@ from .schema import (
     CROSSOVER_COLUMNS,
     LATENCY_METRICS,
     MEASUREMENT_COLUMNS,
+    SERVE_COLUMNS,
+    SERVED_OFFLINE_COLUMNS,
     SPEEDUP_COLUMNS,
     STAT_METRICS,
     STEP_SETTING_COLUMNS,
@@ -98,16 +108,21 @@ from .schema import (
     MeasurementRow,
     Mismatch,
     S,
+    ServedOfflineRow,
+    ServeRow,
     SpeedupRow,
     Stale,
     _table,
 )
+from .serving import serve_markdown, serve_rows, served_vs_offline_rows
 
 __all__ = [
     "CellRow",
     "Docs",
     "MeasurementRow",
     "Mismatch",
+    "ServeRow",
+    "ServedOfflineRow",
     "SpeedupRow",
     "Stale",
     "B",
@@ -120,6 +135,9 @@ __all__ = [
     "MANIFEST",
     "MEASUREMENT_COLUMNS",
     "REPLICATION_META",
+    "SERVED_OFFLINE_COLUMNS",
+    "SERVE_COLUMNS",
+    "SERVE_FILES",
     "SPEEDUP_COLUMNS",
     "STAT_METRICS",
     "STEP_KEYS",
@@ -158,6 +176,9 @@ __all__ = [
     "read_parquet",
     "replication_of",
     "same_cell_conditions",
+    "serve_markdown",
+    "serve_rows",
+    "served_vs_offline_rows",
     "set_aside_damaged",
     "speedup_rows",
     "stale_keys",
@@ -209,6 +230,10 @@ def build_tables(
     readme = claims.readme_sentence(study, c_rows, s_rows, decided)
     if xrows:
         readme += " " + crossover.sentence(xrows, study.baseline)
+    # a run with serve-mode steps: its serve tables, and their section at the end of the summary
+    srows = serve_rows(study, crow, sp, docs) if study.serves else []
+    vrows = served_vs_offline_rows(study, crow, sp, docs) if study.serves else []
+    serve_md = serve_markdown(study, srows, vrows) if study.serves else []
     csv_buf = io.BytesIO()
     pacsv.write_csv(c_table.drop_columns(["accepted_per_pos"]), csv_buf)
     files = {
@@ -217,12 +242,18 @@ def build_tables(
         "speedup.parquet": _parquet_bytes(s_table),
         "crossover.parquet": _parquet_bytes(_table(xrows, CROSSOVER_COLUMNS, meta)),
         "cells.csv": csv_buf.getvalue(),
-        "summary.md": summary_markdown(study, crow, sp, gt, xrows, host_cpu_line(docs)).encode(),
+        "summary.md": summary_markdown(study, crow, sp, gt, xrows, host_cpu_line(docs), serve_md).encode(),
         "gpu_time.json": (json.dumps(gt, indent=2, sort_keys=True) + "\n").encode(),
         "claims.md": claims.markdown(study, decided).encode(),
         "claims.json": (json.dumps(decided, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
         "readme.md": (readme + "\n").encode(),
     }
+    if study.serves:
+        files |= {
+            "serve.parquet": _parquet_bytes(_table(srows, SERVE_COLUMNS, meta)),
+            "served_vs_offline.parquet": _parquet_bytes(_table(vrows, SERVED_OFFLINE_COLUMNS, meta)),
+            "serve.md": ("\n".join([f"# specsweep run {md_code(study.run)}: serving", "", *serve_md]) + "\n").encode(),
+        }
     write_set(out, files, "tables", study.run)
     return {
         "cells": len(crow),

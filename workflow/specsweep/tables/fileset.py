@@ -16,8 +16,12 @@ from .. import stats
 from ..errors import SpecsweepError
 from ..jsonio import read_json
 
+#: The tables of a run with serve-mode steps (tables.serving); other runs' sets are without them.
+SERVE_FILES = ("serve.parquet", "served_vs_offline.parquet", "serve.md")
 
-def table_files() -> tuple[str, ...]:
+
+def table_files(serves: bool = False) -> tuple[str, ...]:
+    """The files of a tables set; `serves`: the run has serve-mode steps (config.Study.serves)."""
     return (
         "measurements.parquet",
         "cells.parquet",
@@ -29,7 +33,7 @@ def table_files() -> tuple[str, ...]:
         "claims.md",
         "claims.json",
         "readme.md",
-    )
+    ) + (SERVE_FILES if serves else ())
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:

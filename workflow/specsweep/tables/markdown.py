@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import crossover, inflight, stats
@@ -46,9 +46,11 @@ def summary_markdown(
     gt: dict[str, Any],
     xrows: list[dict[str, Any]] | None = None,
     host: str = "",
+    serve: Sequence[str] = (),
 ) -> str:
     """The run's summary. A run with a concurrency axis gets a `b` column (– for all prompts at once) and the
-    crossovers; other runs' summaries are as they were before that axis existed."""
+    crossovers, a run with serve-mode steps its serve section (`serve`: tables.serving.serve_markdown); other
+    runs' summaries are as they were before either existed."""
     axis = any(r["concurrency"] is not None for r in crow)
     lines = [f"# specsweep run {md_code(study.run)}", ""]
     done = sum(1 for r in crow if r["status"] == "ok")
@@ -138,6 +140,8 @@ def summary_markdown(
             f"{x['n']} | {x['note']} | {_split_text(x)} |"
             for x in xrows
         ]
+    if serve:
+        lines += ["", *serve]
     for title, status in (("Failed cells", "failed"), ("Partial cells", "partial"), ("Missing cells", "missing")):
         group = [r for r in crow if r["status"] == status]
         if group:

@@ -8,7 +8,7 @@ from typing import Any, Literal, TypedDict
 
 import pyarrow as pa
 
-from .. import crossover
+from .. import crossover, latency
 
 F, I, S = pa.float64(), pa.int64(), pa.string()  # noqa: E741 (column-type shorthands)
 B = pa.bool_()
@@ -175,6 +175,63 @@ SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
     *CONCURRENCY_COLUMNS,
 ]
 CROSSOVER_COLUMNS: list[tuple[str, pa.DataType]] = [(n, pa.type_for_alias(t)) for n, t in crossover.CROSSOVER_COLUMNS]
+#: serve.parquet (runs with serve-mode steps only): one row per serve-mode cell, vLLM's benchmark client's view of
+#: it: output and request throughput, each latency's median, p90 and p99 over requests (per repeat; here the
+#: median over repeats), goodput under the config's targets (serve.goodput, each target a column), whether the
+#: cell meets them (latency.TARGET_RULE), and the speedup over the serve baseline at the same b.
+SERVE_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("run", S),
+    ("model", S),
+    ("workload", S),
+    ("config", S),
+    ("method", S),
+    ("baseline", S),
+    ("concurrency", I),
+    ("request_rate", F),
+    ("status", S),
+    ("n", I),
+    ("n_starts", I),
+    ("output_tok_s", F),
+    ("request_throughput", F),
+    *[(f"{m}_ms_{q}", F) for m in latency.LATENCIES for q in latency.QUANTILES],
+    *[(f"target_{m}_ms", F) for m in latency.TARGETS],
+    ("request_goodput", F),
+    ("goodput_share", F),
+    ("meets_target", B),
+    ("speedup", F),
+    ("speedup_lo", F),
+    ("speedup_hi", F),
+    ("verdict", S),
+]
+#: served_vs_offline.parquet (runs with serve-mode steps only): each serve-mode drafter cell's speedup over the
+#: serve baseline beside the speedup of the offline step with the same ladder settings over the offline baseline,
+#: at the same (model, workload, b), where both were measured under the same conditions (tables.conditions, less
+#: the mode itself); `status` says when there is nothing to compare and `note` why.
+SERVED_OFFLINE_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("run", S),
+    ("model", S),
+    ("workload", S),
+    ("concurrency", I),
+    ("config", S),
+    ("baseline", S),
+    ("offline_config", S),
+    ("offline_baseline", S),
+    ("status", S),
+    ("note", S),
+    ("served_speedup", F),
+    ("served_speedup_lo", F),
+    ("served_speedup_hi", F),
+    ("served_verdict", S),
+    ("offline_speedup", F),
+    ("offline_speedup_lo", F),
+    ("offline_speedup_hi", F),
+    ("offline_verdict", S),
+    ("speedup_ratio", F),
+    ("served_output_tok_s", F),
+    ("offline_output_tok_s", F),
+    ("served_n_starts", I),
+    ("offline_n_starts", I),
+]
 
 
 def _table(rows: Sequence[Mapping[str, Any]], columns: list[tuple[str, pa.DataType]], meta: dict[str, str]) -> pa.Table:
@@ -424,3 +481,72 @@ class SpeedupRow(TypedDict, total=False):
     tpot_s_median: float | None
     tpot_s_p90: float | None
     decode_tok_s: float | None
+
+
+class ServeRow(TypedDict, total=False):
+    """A row of serve.parquet (SERVE_COLUMNS): one serve-mode cell, its latencies in ms over requests."""
+
+    run: str
+    model: str
+    workload: str
+    config: str
+    method: str
+    baseline: str
+    concurrency: int | None
+    request_rate: float | None
+    status: str
+    n: int
+    n_starts: int | None
+    output_tok_s: float | None
+    request_throughput: float | None
+    ttft_ms_median: float | None
+    ttft_ms_p90: float | None
+    ttft_ms_p99: float | None
+    tpot_ms_median: float | None
+    tpot_ms_p90: float | None
+    tpot_ms_p99: float | None
+    itl_ms_median: float | None
+    itl_ms_p90: float | None
+    itl_ms_p99: float | None
+    e2el_ms_median: float | None
+    e2el_ms_p90: float | None
+    e2el_ms_p99: float | None
+    target_ttft_ms: float | None
+    target_tpot_ms: float | None
+    target_e2el_ms: float | None
+    request_goodput: float | None
+    goodput_share: float | None
+    meets_target: bool | None
+    speedup: float | None
+    speedup_lo: float | None
+    speedup_hi: float | None
+    verdict: str | None
+
+
+class ServedOfflineRow(TypedDict, total=False):
+    """A row of served_vs_offline.parquet (SERVED_OFFLINE_COLUMNS): a serve-mode drafter cell's speedup beside
+    the offline one at the same (model, workload, b)."""
+
+    run: str
+    model: str
+    workload: str
+    concurrency: int | None
+    config: str
+    baseline: str
+    offline_config: str | None
+    offline_baseline: str | None
+    status: str
+    note: str | None
+    served_speedup: float | None
+    served_speedup_lo: float | None
+    served_speedup_hi: float | None
+    served_verdict: str | None
+    offline_speedup: float | None
+    offline_speedup_lo: float | None
+    offline_speedup_hi: float | None
+    offline_verdict: str | None
+    speedup_ratio: float | None
+    served_output_tok_s: float | None
+    offline_output_tok_s: float | None
+    served_n_starts: int | None
+    offline_n_starts: int | None
