@@ -457,8 +457,12 @@ class _Ctx:
 def _baseline_vs_headline(ctx: _Ctx) -> tuple[list[str], tuple[str, str], _Needs]:
     """The headline model's workloads, the two steps compared, and the cells that needs (figures 1 and 6)."""
     workloads = ctx.data.workloads(ctx.model, canonical_all=False)
-    series = (ctx.data.baseline, ctx.data.headline_step)
-    return workloads, series, _Needs.of(ctx.data, _grid([ctx.model], workloads, series))
+    step = ctx.data.headline_step
+    series = (ctx.data.baseline, step)
+    needs = _Needs.of(ctx.data, _grid([ctx.model], workloads, series))
+    if needs.used and not any(c[2] == step for c in needs.used):  # the baseline's bars alone compare nothing
+        raise LeftOut(f"headline step '{step}' (config headline_step) has no measured cell of {ctx.model}")
+    return workloads, series, needs
 
 
 def _throughput_bars(
