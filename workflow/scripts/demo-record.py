@@ -41,7 +41,7 @@ def entries(tables: Path) -> list[dict[str, str]]:
         b = r.get("concurrency")
         workload = f"{r['workload']}@b{b}" if b is not None and "@" not in r["workload"] else r["workload"]
         verdict = (r.get("verdict") or "missing").split(" ")[0]
-        fmt = (lambda v: "" if v is None else f"{v:.3f}")  # noqa: E731
+        fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
         out.append({"entry": f"{workload}/{r['config']}", "estimate": fmt(r.get("speedup")),
                     "lo": fmt(r.get("speedup_lo")), "hi": fmt(r.get("speedup_hi")), "verdict": verdict})  # fmt: skip
     claims = json.loads((tables / "claims.json").read_text())
@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = list(csv.DictReader(fh))
     run = 1 + max((int(r["run"]) for r in rows if r["demo"] == args.demo), default=0)
     common = {"run": str(run), "demo": args.demo, "commit": args.commit, "date": args.date, "host": args.host,
-              "wall_s": str(args.wall_s), "snakemake_s": str(args.snakemake_s), "band_pct": f"{100 * stats.BAND:.1f}"}  # fmt: skip
+              "wall_s": str(args.wall_s), "snakemake_s": str(args.snakemake_s),
+              "band_pct": f"{100 * stats.BAND:.1f}"}  # fmt: skip
     new = [common | e for e in entries(args.tables)]
     with CSV.open("a", newline="") as fh:
         csv.DictWriter(fh, COLUMNS, lineterminator="\n").writerows(new)
