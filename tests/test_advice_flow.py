@@ -77,12 +77,16 @@ def _advice_cfg(smoke_cfg: dict, tmp_path, **advice) -> dict:
 def test_advice_replays_every_drafter_replay_knows_at_every_measured_b(smoke_cfg, tmp_path):
     from specsweep.config import build_study
 
-    # the CPU profile: sonnet, chat and code with all prompts at once, and code and chat at b = 1, x 3 steps
+    # the CPU profile: sonnet, chat and code with all prompts at once, and code at b = 1 and 4, x 3 steps
     study = build_study(_advice_cfg(smoke_cfg, tmp_path))
     assert study.advice_model == "smollm2-135m-instruct"
     replays = study.advice_replays()
-    assert {k: v for k, v in replays.items() if "@" in k} == {"ngram@b1": ("ngram", 1), "suffix@b1": ("suffix", 1)}
-    assert sorted(replays) == ["ngram", "ngram@b1", "suffix", "suffix@b1"]  # and with all prompts at once
+    assert {k: v for k, v in replays.items() if k.endswith("@b1")} == {
+        "ngram@b1": ("ngram", 1),
+        "suffix@b1": ("suffix", 1),
+    }
+    # and at b = 4, and with all prompts at once
+    assert sorted(replays) == ["ngram", "ngram@b1", "ngram@b4", "suffix", "suffix@b1", "suffix@b4"]
     assert build_study(dict(smoke_cfg)).raw["advice"] is None  # the default: no advice target
 
 
@@ -118,5 +122,8 @@ def test_advice_replay_refuses_a_changed_traffic_file(smoke_cfg, tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert f"traffic file {tmp_path / 'traffic.jsonl'}: sha256 is" in err and "\n" not in err
     assert cli.main([*argv, "--name", "vanilla"]) != 0
-    assert "not a replay of the config's advice (known: ngram, ngram@b1, suffix, suffix@b1)" in capsys.readouterr().err
+    assert (
+        "not a replay of the config's advice (known: ngram, ngram@b1, ngram@b4, suffix, suffix@b1, suffix@b4)"
+        in capsys.readouterr().err
+    )
     assert not (tmp_path / "r.json").exists()
