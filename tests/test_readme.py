@@ -241,10 +241,15 @@ def test_demo_runs_table_and_expectation_read_the_current_demo(tmp_path):
 def test_the_committed_demo_runs_are_complete():
     """Every recorded run of the current demo has all of its entries, each with an interval around its estimate
     and a verdict of the rule's words."""
+    from specsweep.config import load_study
+
     runs = docs._demo_runs(ROOT)
-    assert len(runs) >= 21
+    assert runs
+    # the entries are the demo's drafter cells (config/smoke.yaml's groups), then the CPU entry
+    demo = load_study(ROOT / "config" / "smoke.yaml")
+    planned = {f"{c.workload}/{c.step}" for c in demo.cells if c.step != demo.baseline}
     entries = docs._entries(runs)
-    assert entries == ["code/ngram", "code/suffix", "chat/ngram", "chat/suffix", "CPU"]
+    assert set(entries[:-1]) == planned and entries[-1] == "CPU"
     for run, rows in runs.items():
         assert [r["entry"] for r in rows] == entries, run
         for r in rows:

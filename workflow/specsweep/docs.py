@@ -379,6 +379,10 @@ def demo_expectation(root: Path = ROOT) -> str:
     agree with the most common verdict of every entry, and the range of their walls."""
     runs = _demo_runs(root)
     rows = [r for rs in runs.values() for r in rs]
+
+    def span(lo: str, hi: str) -> str:  # one value when every run gave the same
+        return lo if lo == hi else f"{lo}–{hi}"
+
     parts = []
     for e in _entries(runs):
         mine = [r for r in rows if r["entry"] == e]
@@ -388,15 +392,18 @@ def demo_expectation(root: Path = ROOT) -> str:
             parts.append(f"the CPU entry was {said}")
         else:
             est = sorted(Decimal(r["estimate"]) for r in mine)
-            parts.append(f"{e} ({_two(str(est[0]))}–{_two(str(est[-1]))}×) was {said}")
+            parts.append(f"{e} ({span(_two(str(est[0])), _two(str(est[-1])))}×) was {said}")
     usual = {e: Counter(r["verdict"] for r in rows if r["entry"] == e).most_common(1)[0][0] for e in _entries(runs)}
     agree = sum(all(r["verdict"] == usual[r["entry"]] for r in rs) for rs in runs.values())
     cores = "/".join(sorted({rs[0]["host"].split()[0] for rs in runs.values()}))
     walls = sorted(int(rs[0]["wall_s"]) for rs in runs.values())
+    n = len(runs)
+    agreed = f"{agree} of the {n} gave every entry its most common verdict, and a run took" if n > 1 else "it took"
     return (
-        f"In {len(runs)} fresh runs of `make demo` on {cores} hosts, " + ", ".join(parts[:-1]) + f", and {parts[-1]}"
-        f"; {agree} of the {len(runs)} gave every entry its most common verdict, and a run took "
-        f"{walls[0]}–{walls[-1]} s from a fresh clone, installing included."
+        f"In {n} fresh run{'s' if n > 1 else ''} of `make demo` on {cores} hosts, "
+        + ", ".join(parts[:-1])
+        + f", and {parts[-1]}; {agreed} {span(str(walls[0]), str(walls[-1]))} s from a fresh clone, installing "
+        "included."
     )
 
 
