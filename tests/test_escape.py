@@ -70,11 +70,14 @@ def test_figures_draw_a_hostile_workload_name_as_text(tmp_path):
     error); `$x^2$` was drawn as a formula. Figure text is drawn with mathtext off: every figure renders, with
     the same figures drawn as under the ordinary name."""
     from specsweep.figures import render_all
+    from specsweep.view import left_out_by_config
 
     study = load_study(ROOT / "results" / "h200-suffix-depth" / "config.yaml")
     tables = _hostile_tables(tmp_path, study.run, "chat", HOSTILE)
     with pytest.warns(UserWarning, match="Glyph 27"):  # the ESC character has no glyph: drawn as a box
-        manifest = render_all(tables, tmp_path / "figs", study.raw["headline_model"], study.run)
+        manifest = render_all(
+            tables, tmp_path / "figs", study.raw["headline_model"], study.run, left_out=left_out_by_config(study)
+        )
     committed = json.loads((ROOT / "figures" / study.run / "manifest.json").read_text())
     assert sorted(manifest["figures"]) == sorted(committed["figures"])
 
