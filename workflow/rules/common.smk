@@ -187,7 +187,9 @@ def table_paths() -> list[str]:
 
 # A table that is not what the tables' MANIFEST.json records (truncated, changed) is moved out of the set, so
 # that Snakemake rebuilds the tables: its readers' error says "rebuild the tables: snakemake".
-for _damaged, _aside in set_aside_damaged(paths.tables_dir(RUN), table_files(STUDY.serves)):
+for _damaged, _aside in set_aside_damaged(
+    paths.tables_dir(RUN), table_files(STUDY.serves)
+):
     print(
         f"specsweep: {_damaged}: not what the tables' {MANIFEST} records (moved to {_aside}); the tables "
         "will be rebuilt",
