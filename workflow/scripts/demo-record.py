@@ -34,16 +34,18 @@ COLUMNS = ["run", "demo", "commit", "date", "host", "wall_s", "snakemake_s", "ba
 CV = re.compile(r"pooled over \d+ cells: ([\d.]+)% \[([\d.]+)%, ([\d.]+)%\]")
 
 
+def _fmt(v: float | None) -> str:
+    return "" if v is None else f"{v:.3f}"
+
+
 def entries(tables: Path) -> list[dict[str, str]]:
-    """One row per speedup (workload with its @b, then the step), in the tables' order, and the CPU entry."""
+    """One row per speedup (the workload, `code@b1` at a concurrency, then the step), in the tables' order, and
+    the CPU entry."""
     out = []
     for r in read_parquet(tables, "speedup.parquet").to_pylist():
-        b = r.get("concurrency")
-        workload = f"{r['workload']}@b{b}" if b is not None and "@" not in r["workload"] else r["workload"]
         verdict = (r.get("verdict") or "missing").split(" ")[0]
-        fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
-        out.append({"entry": f"{workload}/{r['config']}", "estimate": fmt(r.get("speedup")),
-                    "lo": fmt(r.get("speedup_lo")), "hi": fmt(r.get("speedup_hi")), "verdict": verdict})  # fmt: skip
+        out.append({"entry": f"{r['workload']}/{r['config']}", "estimate": _fmt(r.get("speedup")),
+                    "lo": _fmt(r.get("speedup_lo")), "hi": _fmt(r.get("speedup_hi")), "verdict": verdict})  # fmt: skip
     claims = json.loads((tables / "claims.json").read_text())
     cpu = next((c for c in claims if c["id"] == "CPU"), None)
     if cpu is not None:
