@@ -293,15 +293,15 @@ class Tables:
         return ordered([*present, *(WORKLOADS if canonical_all else ())], WORKLOADS)
 
     def ladder(self, model: str, workload: str) -> list[str]:
-        """The baseline and the paper's ladder steps the run measures for this model (on any workload: one
-        missing here is drawn as missing), then any other non-control step of this model/workload."""
+        """The baseline and the paper's ladder steps the tables have a row of for this model (on any workload: one
+        without a row here is drawn as missing), then any other non-control step of this model/workload."""
         present = [
             c
             for (m, w, c), row in self.cells.items()
             if (m, w) == (model, workload) and row.get("group") != CONTROLS_GROUP
         ]
-        measured = {c for (m, _, c) in self.cells if m == model}
-        paper = [c for c in LADDER if c in measured]
+        rowed = {c for (m, _, c) in self.cells if m == model}
+        paper = [c for c in LADDER if c in rowed]
         return ordered([*present, self.baseline, *paper], (self.baseline, *LADDER))
 
     # --- values
@@ -474,8 +474,8 @@ def left_out_by_config(study: Any) -> dict[str, str]:
         if need not in workloads:
             out.setdefault(stem, f"no '{need}' workload for the headline model")
     head = study.headline_step
-    measured_steps = {c.step for c in point if c.model == headline}
-    if workloads and head not in measured_steps:
+    planned_steps = {c.step for c in point if c.model == headline}
+    if workloads and head not in planned_steps:
         why = "no ladder step" if head not in study.ladder else "not a step the headline model is measured with"
         for stem in ("fig1_headline", "fig6_gpu_util"):
             out.setdefault(stem, f"headline_step '{head}' is {why} (config headline_step; the article's: trident)")
