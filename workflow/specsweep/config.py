@@ -31,6 +31,9 @@ BASE_KINDS = ("sonnet", "chat", "code", "dataset")
 #: The model-free drafters the article's figures compare and `specsweep replay` replays; the ladder takes any
 #: method the installed vLLM accepts (preflight_checks.check_speculative asks vLLM's own SpeculativeConfig).
 SPEC_METHODS = ("ngram", "suffix")
+#: The ladder step figures 1 and 6 set beside the baseline unless the config's `headline_step` names another: the
+#: article's.
+HEADLINE_STEP = "trident"
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,7 @@ class Study:
     def headline_step(self) -> str:
         """The speculative step figures 1 and 6 set beside the baseline (config key `headline_step`; the
         article's trident)."""
-        return str(self.raw.get("headline_step") or "trident")
+        return str(self.raw.get("headline_step") or HEADLINE_STEP)
 
     def mode(self, step: str) -> str:
         """How a ladder step's cells are measured: `offline` (the engine in process) or `serve` (vLLM's

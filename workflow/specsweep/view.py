@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from . import paths, stats
-from .config import SPEC_METHODS
+from .config import HEADLINE_STEP, SPEC_METHODS
 from .latency import Limit, b_text, limits, order_key
 
 #: The figures, in report order: file stems of ``figures/{run}/{stem}.png|.svg`` and of the captions.
@@ -97,9 +97,6 @@ HEADLINE_FIGURES: tuple[str, ...] = (
 WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code", "mix-balanced", "mix-ch", "mix-sh")
 #: The paper's ladder steps after the baseline (the baseline's name comes from the tables).
 LADDER: tuple[str, ...] = ("ngram", "suffix", "trident")
-#: The ladder step figures 1 and 6 and their captions compare with the baseline, unless the config's
-#: `headline_step` names another (`Tables.headline_step`): the article's.
-HEADLINE_STEP = "trident"
 K_ALPHA_WORKLOADS: tuple[str, ...] = ("sonnet", "chat", "code")
 SIZE_METHODS: tuple[str, ...] = ("trident", "ngram")
 CONTROLS_GROUP = "controls"
@@ -478,7 +475,9 @@ def left_out_by_config(study: Any) -> dict[str, str]:
     if workloads and head not in planned_steps:
         why = "no ladder step" if head not in study.ladder else "not a step the headline model is measured with"
         for stem in ("fig1_headline", "fig6_gpu_util"):
-            out.setdefault(stem, f"headline_step '{head}' is {why} (config headline_step; the article's: trident)")
+            out.setdefault(
+                stem, f"headline_step '{head}' is {why} (config headline_step; the article's: {HEADLINE_STEP})"
+            )
     if not workloads & set(K_ALPHA_WORKLOADS):
         out.setdefault("fig4_k_alpha", f"none of the workloads {', '.join(K_ALPHA_WORKLOADS)} for the headline model")
     if not any(st.method in SPEC_METHODS for st in study.ladder.values()):
