@@ -238,6 +238,31 @@ def test_demo_runs_table_and_expectation_read_the_current_demo(tmp_path):
     )
 
 
+def test_demo_between_runs_checks_each_interval_against_the_other_runs(tmp_path):
+    """design.md's between-runs table: per speedup entry of the current demo, the geometric mean and range of
+    the runs' estimates, the sd of the log estimate between runs, the median half-width of a run's interval (log
+    units), and in how many runs the interval holds the geometric mean of the other runs' estimates; the CPU
+    entry and earlier demos are left out."""
+    head = "run,demo,commit,date,host,wall_s,snakemake_s,band_pct,entry,estimate,lo,hi,verdict\n"
+    rows = [
+        ("0", "old", "9.000", "8.000", "10.000", "faster"),
+        ("1", "new", "1.000", "0.500", "2.000", "faster"),
+        ("2", "new", "2.000", "1.000", "4.000", "faster"),
+        ("3", "new", "4.000", "3.000", "6.000", "undecided"),
+    ]
+    text = head + "".join(
+        f"{n},{demo},c,2026-12-04,2-core,700,,3.0,code/ngram,{est},{lo},{hi},{v}\n"
+        f"{n},{demo},c,2026-12-04,2-core,700,,3.0,CPU,4.0,3.0,5.0,confirmed\n"
+        for n, demo, est, lo, hi, v in rows
+    )
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "demo-runs.csv").write_text(text)
+    table = docs.demo_between_runs(tmp_path).splitlines()
+    # logs 0, ln 2, 2 ln 2: mean ln 2, sd ln 2 (69.3 %); half-widths ln 2, ln 2, ln 2 / 2; the others' means
+    # 2.828 (outside [0.5, 2]), 2 (inside [1, 4]) and 1.414 (outside [3, 6])
+    assert table[2:] == ["| code/ngram | 3 | 2.000 [1.000, 4.000] | 69.3 % | 69.3 % | 1 of 3 | faster 2, undecided 1 |"]
+
+
 def test_the_committed_demo_runs_are_complete():
     """Every recorded run of the current demo has all of its entries, each with an interval around its estimate
     and a verdict of the rule's words."""

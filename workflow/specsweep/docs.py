@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import re
 import sys
 from collections import Counter
@@ -373,6 +374,44 @@ def demo_runs(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
+def demo_between_runs(root: Path = ROOT) -> str:
+    """design.md's check of the demo's intervals against the other fresh runs (docs/demo-runs.csv), one row per
+    speedup entry: the runs' geometric mean and range, the standard deviation of the log estimate between runs
+    beside the median half-width of one run's 95 % interval (in log units, as %), and in how many runs the
+    interval holds the geometric mean of the other runs' estimates. If a run's interval took in all that moves
+    a speedup between fresh runs, about 19 in 20 would hold it; a cell whose estimate moves more between runs
+    than within one changes verdict between runs when it lies near the band."""
+    runs = _demo_runs(root)
+    lines = [
+        "| entry | runs | geometric mean [range] | sd between runs | median half-width in a run "
+        "| holds the other runs' mean | verdicts |",
+        "|---|---:|---|---:|---:|---:|---|",
+    ]
+    for e in _entries(runs):
+        if e == CPU_ENTRY:
+            continue
+        mine = [r for rs in runs.values() for r in rs if r["entry"] == e and r["estimate"] and r["lo"] and r["hi"]]
+        logs = [math.log(float(r["estimate"])) for r in mine]
+        n = len(logs)
+        if n < 2:
+            continue
+        mean = sum(logs) / n
+        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+        halves = sorted((math.log(float(r["hi"])) - math.log(float(r["lo"]))) / 2 for r in mine)
+        half = (halves[(n - 1) // 2] + halves[n // 2]) / 2
+        held = sum(
+            float(r["lo"]) <= math.exp((sum(logs) - x) / (n - 1)) <= float(r["hi"]) for r, x in zip(mine, logs)
+        )
+        counts = sorted(Counter(r["verdict"] for r in mine).items(), key=lambda kv: (-kv[1], kv[0]))
+        lines.append(
+            f"| {e} | {n} | {math.exp(mean):.3f} [{math.exp(min(logs)):.3f}, "
+            f"{math.exp(max(logs)):.3f}] | {100 * sd:.1f} % | {100 * half:.1f} % | {held} of {n} | "
+            + ", ".join(f"{v} {k}" for v, k in counts)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def demo_expectation(root: Path = ROOT) -> str:
     """The README's sentence of what to expect from `make demo`: over the recorded fresh runs of the current
     demo, each entry's verdicts with their counts (the speedups' range beside each drafter), how many runs
@@ -409,6 +448,7 @@ def demo_expectation(root: Path = ROOT) -> str:
 
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "concurrency_summary": concurrency_summary,
+    "demo_between_runs": demo_between_runs,
     "demo_expectation": demo_expectation,
     "demo_runs": demo_runs,
     "fidelity_summary": fidelity_summary,
