@@ -399,9 +399,8 @@ def demo_between_runs(root: Path = ROOT) -> str:
         sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
         halves = sorted((math.log(float(r["hi"])) - math.log(float(r["lo"]))) / 2 for r in mine)
         half = (halves[(n - 1) // 2] + halves[n // 2]) / 2
-        held = sum(
-            float(r["lo"]) <= math.exp((sum(logs) - x) / (n - 1)) <= float(r["hi"]) for r, x in zip(mine, logs)
-        )
+        others = [math.exp((sum(logs) - x) / (n - 1)) for x in logs]  # each run's: the other runs' mean
+        held = sum(float(r["lo"]) <= m <= float(r["hi"]) for r, m in zip(mine, others, strict=True))
         counts = sorted(Counter(r["verdict"] for r in mine).items(), key=lambda kv: (-kv[1], kv[0]))
         lines.append(
             f"| {e} | {n} | {math.exp(mean):.3f} [{math.exp(min(logs)):.3f}, "
