@@ -379,8 +379,9 @@ def demo_between_runs(root: Path = ROOT) -> str:
     speedup entry: the runs' geometric mean and range, the standard deviation of the log estimate between runs
     beside the median half-width of one run's 95 % interval (in log units, as %), and in how many runs the
     interval holds the geometric mean of the other runs' estimates. If a run's interval took in all that moves
-    a speedup between fresh runs, about 19 in 20 would hold it; a cell whose estimate moves more between runs
-    than within one changes verdict between runs when it lies near the band."""
+    a speedup between fresh runs, a little under 19 in 20 would hold it (the other runs' mean has noise of its
+    own); a cell whose estimate moves more between runs than within one changes verdict between runs when it
+    lies near the band."""
     runs = _demo_runs(root)
     lines = [
         "| entry | runs | geometric mean [range] | sd between runs | median half-width in a run "
@@ -395,11 +396,11 @@ def demo_between_runs(root: Path = ROOT) -> str:
         n = len(logs)
         if n < 2:
             continue
-        mean = sum(logs) / n
+        total = sum(logs)
+        mean = total / n
         sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-        halves = sorted((math.log(float(r["hi"])) - math.log(float(r["lo"]))) / 2 for r in mine)
-        half = (halves[(n - 1) // 2] + halves[n // 2]) / 2
-        others = [math.exp((sum(logs) - x) / (n - 1)) for x in logs]  # each run's: the other runs' mean
+        half = stats.median([(math.log(float(r["hi"])) - math.log(float(r["lo"]))) / 2 for r in mine]) or 0.0
+        others = [math.exp((total - x) / (n - 1)) for x in logs]  # each run's: the other runs' mean
         held = sum(float(r["lo"]) <= m <= float(r["hi"]) for r, m in zip(mine, others, strict=True))
         counts = sorted(Counter(r["verdict"] for r in mine).items(), key=lambda kv: (-kv[1], kv[0]))
         lines.append(
