@@ -202,7 +202,9 @@ def plan_summary(root: Path = ROOT) -> str:
         f"n for {100 * plan.TARGET:.0f} % ({' / '.join(names)}) |",
         "|---|---|---:|---:|---:|---|---|",
     ]
-    for tables in sorted((root / "results").glob("*/tables/measurements.parquet")):
+    # committed runs only (those with a run page): a run made here, `make demo`'s smoke, is not the doc's
+    committed = [page.parent / "tables" for page in run_pages(root).values()]
+    for tables in [t / "measurements.parquet" for t in committed if (t / "measurements.parquet").is_file()]:
         for p in plan.plan(tables.parent):
             m = p.noise
             if plan.why_none(p) or m.sd is None:
