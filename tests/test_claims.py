@@ -460,7 +460,7 @@ def test_a_cpu_run_decides_no_claim_and_answers_its_own_question():
     assert _by_id(claims.decide(study, short, sp, steady[:-1]))["CPU"]["verdict"] == "refuted"
     # no cell with two starts: nothing to decide the repeats' agreement from
     assert _by_id(claims.decide(study, crow, sp, []))["CPU"]["verdict"] == "undecided"
-    # the CPU profile's cells are at b = 1 (code@b1, chat@b1): none at the article's point, which C1-C8 use;
+    # a run whose cells are all at a concurrency b (code@b1, chat@b1) has none at the article's point, which C1-C8 use;
     # the entry counts every cell of the run, so it never confirms "0 of 0 planned measurements"
     at_b = [c | {"workload": c["workload"] + "@b1"} for c in crow]
     cpu = _by_id(claims.decide(study, [], [], steady, every_cell=at_b))["CPU"]

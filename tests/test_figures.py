@@ -335,7 +335,7 @@ def test_a_panel_without_data_is_left_out(tmp_path):
 
 def test_a_run_measured_only_at_concurrencies_plans_figure_9_alone():
     """Figures 1-8 draw the cells of all prompts at once; a run whose groups take only cells at a concurrency b
-    (code@b1 and code@b4) plans figure 9 alone and says why for each other figure, so the workflow never waits
+    (code@b2 and code@b4) plans figure 9 alone and says why for each other figure, so the workflow never waits
     for a figure the render leaves out. The CPU demo measures both: every figure but the two drawn against model
     size (one model) is planned."""
     import yaml
@@ -344,13 +344,13 @@ def test_a_run_measured_only_at_concurrencies_plans_figure_9_alone():
     from specsweep.view import left_out_by_config, planned_figures
 
     demo = load_study(ROOT / "config" / "smoke.yaml")
-    assert {c.workload for c in demo.cells} == {"sonnet", "chat", "code", "code@b1", "code@b4"}
+    assert {c.workload for c in demo.cells} == {"sonnet", "chat", "code", "code@b2", "code@b4"}
     assert set(left_out_by_config(demo)) == {"fig5_model_size", "fig8_r_at_scale"}
     assert planned_figures(demo) == [
         s for s in (*FIGURES, "fig9_concurrency") if s not in ("fig5_model_size", "fig8_r_at_scale")
     ]
     cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
-    cfg["groups"]["demo"]["workloads"] = ["code@b1", "code@b4"]
+    cfg["groups"]["demo"]["workloads"] = ["code@b2", "code@b4"]
     at_b = build_study(cfg)
     left = left_out_by_config(at_b)
     assert planned_figures(at_b) == ["fig9_concurrency"] and list(left) == list(FIGURES)
@@ -362,7 +362,7 @@ def test_a_run_measured_only_at_concurrencies_plans_figure_9_alone():
     assert "fig6_gpu_util" in no_head and "fig2_r_vs_k_code" not in no_head
     # one workload at the article's point as well: figures 1-8 are planned again (those its workloads allow)
     cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
-    cfg["groups"]["demo"]["workloads"] = ["code"]  # all prompts at once, and at b = 1 and 4
+    cfg["groups"]["demo"]["workloads"] = ["code"]  # all prompts at once, and at b = 2 and 4
     both = build_study(cfg)
     assert {"fig1_headline", "fig2_r_vs_k_code", "fig9_concurrency"} <= set(planned_figures(both))
     assert "fig3_sonnet_ladder" in left_out_by_config(both)  # no sonnet: as before

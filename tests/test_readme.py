@@ -12,6 +12,7 @@ import yaml
 
 from conftest import ROOT
 from specsweep import docs
+from specsweep.errors import SpecsweepError
 
 #: What the repository's documentation and code never say: how the work behind it was organised (issues,
 #: lent machines and their device time, holds of a machine, calls to it and their budget, sessions, search
@@ -261,6 +262,26 @@ def test_demo_between_runs_checks_each_interval_against_the_other_runs(tmp_path)
     # logs 0, ln 2, 2 ln 2: mean ln 2, sd ln 2 (69.3 %); half-widths ln 2, ln 2, ln 2 / 2; the others' means
     # 2.828 (outside [0.5, 2]), 2 (inside [1, 4]) and 1.414 (outside [3, 6])
     assert table[2:] == ["| code/ngram | 3 | 2.000 [1.000, 4.000] | 69.3 % | 69.3 % | 1 of 3 | faster 2, undecided 1 |"]
+
+
+def test_a_demo_block_can_name_an_earlier_demo(tmp_path):
+    """`specsweep.docs.NAME(LABEL)` renders a demo generator over the runs of a recorded earlier demo (design.md
+    keeps the reasoning of a demo the current one replaced); an unknown label, or a label given to a generator
+    that takes none, is one line naming it, and the file is left as it was."""
+    head = "run,demo,commit,date,host,wall_s,snakemake_s,band_pct,entry,estimate,lo,hi,verdict\n"
+    rows = [("1", "old", "0.900"), ("2", "old", "1.100"), ("1", "new", "2.000"), ("2", "new", "2.200")]
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "demo-runs.csv").write_text(
+        head + "".join(f"{n},{d},c,2026-12-05,2-core,700,,3.0,code/ngram,{e},0.5,3.0,undecided\n" for n, d, e in rows)
+    )
+    old = docs.expected(tmp_path, "specsweep.docs.demo_between_runs(old)").splitlines()[2]
+    new = docs.expected(tmp_path, "specsweep.docs.demo_between_runs()").splitlines()[2]
+    assert old.startswith("| code/ngram | 2 | 0.995 [0.900, 1.100] |") and new.startswith("| code/ngram | 2 | 2.098 [")
+    assert docs.expected(tmp_path, "specsweep.docs.demo_runs(new)") == docs.demo_runs(tmp_path)
+    with pytest.raises(SpecsweepError, match=r"^docs/demo-runs.csv: no run of demo 'b1' \(recorded: old, new\)$"):
+        docs.expected(tmp_path, "specsweep.docs.demo_runs(b1)")
+    with pytest.raises(SpecsweepError, match=r"^generated block specsweep.docs.runs_summary\(old\): only "):
+        docs.expected(tmp_path, "specsweep.docs.runs_summary(old)")
 
 
 def test_the_committed_demo_runs_are_complete():

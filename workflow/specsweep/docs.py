@@ -10,6 +10,9 @@ A Markdown file (README.md, docs/**/*.md, results/{run}/README.md) holds generat
     ...what the function returns for the repository root...
     <!-- end generated -->
 
+The generators of docs/demo-runs.csv read the current demo (the last row's label) from `NAME()` and a recorded
+earlier demo from `NAME(LABEL)`, e.g. `specsweep.docs.demo_between_runs(article)`.
+
 `python -m specsweep.docs` rewrites every block from its source; `--check` only lists the stale ones (exit 1);
 tests/test_readme.py fails on any. A committed run is one folder, results/{run}/, holding its config.yaml (the
 config it ran), its README.md (the run's page) and what it measured; the README's table of committed runs is
@@ -33,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from . import claims, crossover, paths, stats
+from .errors import SpecsweepError
 from .escape import md_text, md_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,11 +64,21 @@ def blocks(text: str) -> list[tuple[str, str]]:
     return [(m.group(2), m.group(3)) for m in BLOCK.finditer(text)]
 
 
+#: A generator's source: `specsweep.docs.NAME()`, or `specsweep.docs.NAME(DEMO)` for the demo generators
+#: (DEMO_GENERATORS) given a recorded demo's label instead of the current one.
+CALL = re.compile(r"specsweep\.docs\.(\w+)\(([\w.+-]*)\)")
+
+
 def expected(root: Path, source: str) -> str:
-    """What a block of this source holds: the file's text, or what `specsweep.docs.NAME()` returns."""
-    if source.startswith("specsweep.docs.") and source.endswith("()"):
-        fn: Callable[[Path], str] = GENERATORS[source[len("specsweep.docs.") : -2]]
-        return fn(root).strip()
+    """What a block of this source holds: the file's text, or what `specsweep.docs.NAME()` (or
+    `NAME(DEMO)`) returns."""
+    if m := CALL.fullmatch(source):
+        name, arg = m.groups()
+        if not arg:
+            return GENERATORS[name](root).strip()
+        if name not in DEMO_GENERATORS:
+            raise SpecsweepError(f"generated block {source}: only {', '.join(DEMO_GENERATORS)} take a demo label")
+        return DEMO_GENERATORS[name](root, arg).strip()
     return (root / source).read_text().strip()
 
 
@@ -331,13 +345,18 @@ def _demo_rows(root: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _demo_runs(root: Path) -> dict[str, list[dict[str, str]]]:
-    """Run -> its rows, in the file's order, for the runs of the current demo (the last row's `demo`)."""
+def _demo_runs(root: Path, demo: str | None = None) -> dict[str, list[dict[str, str]]]:
+    """Run -> its rows, in the file's order, for the runs of one demo: `demo`, by default the current one (the
+    last row's `demo`)."""
     rows = _demo_rows(root)
+    label = rows[-1]["demo"] if demo is None else demo
     runs: dict[str, list[dict[str, str]]] = {}
     for r in rows:
-        if r["demo"] == rows[-1]["demo"]:
+        if r["demo"] == label:
             runs.setdefault(r["run"], []).append(r)
+    if not runs:
+        known = ", ".join(dict.fromkeys(r["demo"] for r in rows))
+        raise SpecsweepError(f"{DEMO_RUNS}: no run of demo {label!r} (recorded: {known})")
     return runs
 
 
@@ -350,10 +369,10 @@ def _two(x: str) -> str:
     return str(Decimal(x).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
-def demo_runs(root: Path = ROOT) -> str:
+def demo_runs(root: Path = ROOT, demo: str | None = None) -> str:
     """design.md's table of the fresh `make demo` runs (docs/demo-runs.csv): one row per run, each entry's
     speedup with its 95 % interval and verdict, the CPU entry with its pooled CV."""
-    runs = _demo_runs(root)
+    runs = _demo_runs(root, demo)
     entries = _entries(runs)
     speedups = [e for e in entries if e != CPU_ENTRY]
     head = "| run | commit | recorded | host | wall | in Snakemake | " + " | ".join(speedups) + " | band | CPU entry |"
@@ -376,7 +395,7 @@ def demo_runs(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
-def demo_between_runs(root: Path = ROOT) -> str:
+def demo_between_runs(root: Path = ROOT, demo: str | None = None) -> str:
     """design.md's check of the demo's intervals against the other fresh runs (docs/demo-runs.csv), one row per
     speedup entry: the runs' geometric mean and range, the standard deviation of the log estimate between runs
     beside the median half-width of one run's 95 % interval (in log units, as %), and in how many runs the
@@ -384,7 +403,7 @@ def demo_between_runs(root: Path = ROOT) -> str:
     a speedup between fresh runs, a little under 19 in 20 would hold it (the other runs' mean has noise of its
     own); a cell whose estimate moves more between runs than within one changes verdict between runs when it
     lies near the band."""
-    runs = _demo_runs(root)
+    runs = _demo_runs(root, demo)
     lines = [
         "| entry | runs | geometric mean [range] | sd between runs | median half-width in a run "
         "| holds the other runs' mean | verdicts |",
@@ -414,11 +433,11 @@ def demo_between_runs(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
-def demo_expectation(root: Path = ROOT) -> str:
+def demo_expectation(root: Path = ROOT, demo: str | None = None) -> str:
     """The README's sentence of what to expect from `make demo`: over the recorded fresh runs of the current
     demo, each entry's verdicts with their counts (the speedups' range beside each drafter), how many runs
     agree with the most common verdict of every entry, and the range of their walls."""
-    runs = _demo_runs(root)
+    runs = _demo_runs(root, demo)
     rows = [r for rs in runs.values() for r in rs]
 
     def span(lo: str, hi: str) -> str:  # one value when every run gave the same
@@ -448,6 +467,13 @@ def demo_expectation(root: Path = ROOT) -> str:
     )
 
 
+#: The generators that read docs/demo-runs.csv, which take a demo's label (`specsweep.docs.NAME(LABEL)`).
+DEMO_GENERATORS: dict[str, Callable[[Path, str], str]] = {
+    "demo_between_runs": demo_between_runs,
+    "demo_expectation": demo_expectation,
+    "demo_runs": demo_runs,
+}
+
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "concurrency_summary": concurrency_summary,
     "demo_between_runs": demo_between_runs,
@@ -466,13 +492,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specsweep.docs", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="list the stale generated blocks; exit 1 if any")
     args = ap.parse_args(argv)
-    if args.check:
-        bad = stale()
-        for line in bad:
-            print(f"stale: {line}")
-        return 1 if bad else 0
-    for path in refresh():
-        print(f"rewrote {path.relative_to(ROOT)}")
+    try:
+        if args.check:
+            bad = stale()
+            for line in bad:
+                print(f"stale: {line}")
+            return 1 if bad else 0
+        for path in refresh():
+            print(f"rewrote {path.relative_to(ROOT)}")
+    except SpecsweepError as err:
+        print(f"specsweep.docs: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
