@@ -101,7 +101,7 @@ def test_slot_pools_and_cpu_sets(monkeypatch):
 def test_lane_schedule_alternates_the_engines_that_are_alive_together(smoke_cfg):
     cfg = smoke_cfg | {"repeats": 1}
     cfg["groups"] = {
-        "g": {"models": [MODEL], "workloads": ["code@b1", "code@b4"], "configs": ["vanilla", "ngram", "suffix"]}
+        "g": {"models": [MODEL], "workloads": ["code@b2", "code@b4"], "configs": ["vanilla", "ngram", "suffix"]}
     }
     study = build_study(cfg)
     assert study.lane_schedule(1) == study.schedule()
