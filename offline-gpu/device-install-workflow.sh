@@ -72,7 +72,8 @@ from importlib.metadata import PackageNotFoundError, distribution
 from packaging.requirements import Requirement
 
 missing, unmet, seen = [], [], set()
-todo = [Requirement(n) for n in ("snakemake", "jsonschema", "pyarrow", "matplotlib", "pyyaml")]
+# gguf: the SmolLM2 model and the dummy models' tokenizer are built from its GGUF (transformers reads it with gguf)
+todo = [Requirement(n) for n in ("snakemake", "jsonschema", "pyarrow", "matplotlib", "pyyaml", "gguf")]
 while todo:
     req = todo.pop()
     key = req.name.lower().replace("_", "-").replace(".", "-")
