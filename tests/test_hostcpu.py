@@ -117,3 +117,27 @@ def test_cell_schema_takes_the_block_and_refuses_a_malformed_one():
         jsonschema.validate(_doc(0.3)["host_cpu"] | {"other_cores": -1}, sub)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"cpus": 2}, sub)
+
+
+@linux
+def test_host_cpu_names_the_isa_of_vllms_kernels():
+    """provenance.host_cpu: the CPU a cell records. Its ISA is the one vLLM's kernel library is chosen by, checked
+    here against the kernel's own flags in /proc/cpuinfo (independent of torch's probes), and its model name,
+    cores and memory against lscpu's sources."""
+    from specsweep import provenance
+
+    cpu = provenance.host_cpu()
+    info = open("/proc/cpuinfo").read()
+    flags = set(next(ln for ln in info.splitlines() if ln.startswith("flags")).split(":", 1)[1].split())
+    if "avx512f" in flags:
+        want = ("avx512_bf16", "vllm._C") if "avx512_bf16" in flags else ("avx512", "vllm._C_AVX512")
+    else:
+        want = ("avx2", "vllm._C_AVX2")
+    assert (cpu["isa"], cpu["kernels"]) == want
+    assert cpu["amx"] == ("amx_tile" in flags)
+    assert cpu["model"] == provenance.cpu_name() and f": {cpu['model']}\n" in info
+    assert cpu["cores"] == len(os.sched_getaffinity(0)) and cpu["cores_online"] == os.cpu_count()
+    kib = int(next(ln for ln in open("/proc/meminfo") if ln.startswith("MemTotal:")).split()[1])
+    assert cpu["memory_gib"] == round(kib / 2**20, 1) > 0
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "cell.schema.yaml").read_text())
+    jsonschema.validate(cpu, schema["properties"]["provenance"]["properties"]["cpu"])

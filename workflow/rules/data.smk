@@ -75,9 +75,10 @@ rule build_model:
         CONDA_ENV
     params:
         cli=SPECSWEEP,
+        build=lambda wc: STUDY.models[wc.model].build,
         dtype=lambda wc: STUDY.models[wc.model].dtype or "float32",
     shell:
-        "{params.cli} build-model --out {output:q} --dtype {params.dtype:q} > {log:q} 2>&1"
+        "{params.cli} build-model --out {output:q} --build {params.build:q} --dtype {params.dtype:q} > {log:q} 2>&1"
 
 
 # A Hugging Face model at its pinned revision: a CPU job without the gpu resource, run where Snakemake runs

