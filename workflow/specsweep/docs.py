@@ -234,7 +234,7 @@ def plan_summary(root: Path = ROOT) -> str:
 
 def pass_spread(root: Path = ROOT) -> str:
     """design.md's table of between-start spread against pass length over the committed runs
-    (specsweep.plan.pass_spread): per model, workload and arm with a slope (3 or more cells, passes of several
+    (specsweep.plan.pass_spread): per model, workload, arm and device with a slope (3 or more cells, passes of several
     lengths), the passes, the between-start sd of log tok/s and of the pass in seconds, and the slope."""
     from . import plan
 
@@ -243,14 +243,14 @@ def pass_spread(root: Path = ROOT) -> str:
         return f"{med}{unit} ({lo}–{hi})"
 
     rows = [
-        "| model | workload | step | cells | pass | between-start sd of log tok/s | of the pass | slope |",
-        "|---|---|---|---:|---|---|---|---:|",
+        "| model | workload | step | device | cells | pass | between-start sd of log tok/s | of the pass | slope |",
+        "|---|---|---|---|---:|---|---|---|---:|",
     ]
     for g in plan.pass_spread(root / "results"):
         if g.slope is None:
             continue
         rows.append(
-            f"| {md_text(g.model)} | {md_text(g.workload)} | {g.arm} | {g.cells} | "
+            f"| {md_text(g.model)} | {md_text(g.workload)} | {g.arm} | {md_text(g.device)} | {g.cells} | "
             f"{g.pass_s[0]:.1f}–{g.pass_s[1]:.1f} s | {three(g.sd_log, 100, '.1f', ' %')} | "
             f"{three(g.sd_s, 1, '.2f', ' s')} | {g.slope:.2f} |"
         )

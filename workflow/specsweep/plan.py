@@ -237,6 +237,7 @@ class PassCell:
     pass_s: float  # the median timed pass over its engine starts, seconds
     sd_log: float  # the between-start sd of log tok/s
     sd_s: float  # the between-start sd of the timed pass, seconds
+    device: str  # the card (or host) the cell ran on, as its measurements name it: spreads pool like with like
 
 
 def pass_cells(results: Path) -> list[PassCell]:
@@ -263,16 +264,17 @@ def pass_cells(results: Path) -> list[PassCell]:
                 continue  # a control step, one start, or passes on one engine
             wall = np.array([float(r["gen_wall_s"]) for r in rows])
             tok = np.log([float(r["output_tok_s"]) for r in rows])
+            device = str(rows[0].get("device_name") or "unknown")
             out.append(
                 PassCell(path.parent.parent.name, model, base_workload(workload), arm, float(np.median(wall)),
-                         float(tok.std(ddof=1)), float(wall.std(ddof=1)))
+                         float(tok.std(ddof=1)), float(wall.std(ddof=1)), device)
             )  # fmt: skip
     return out
 
 
 @dataclass(frozen=True)
 class PassSpread:
-    """The cells of one model, workload and arm over the committed runs: their passes (shortest, longest), the
+    """The cells of one model, workload, arm and device over the committed runs: their passes (shortest, longest), the
     between-start sd of log tok/s and of the pass in seconds (median, lowest, highest), and `slope`, the
     least-squares slope of log sd of the pass (seconds) on log pass length: near 0 the spread is a fixed number
     of seconds, which a longer pass divides; near 1 it grows with the pass, which a longer pass does not cure
@@ -281,6 +283,7 @@ class PassSpread:
     model: str
     workload: str
     arm: str
+    device: str
     runs: tuple[str, ...]
     cells: int
     pass_s: tuple[float, float]
@@ -290,14 +293,15 @@ class PassSpread:
 
 
 def pass_spread(results: Path) -> list[PassSpread]:
-    """pass_cells grouped by model, workload and arm (see PassSpread)."""
+    """pass_cells grouped by model, workload, arm and device (see PassSpread): one card's passes are not pooled
+    with another's."""
     import numpy as np
 
-    groups: dict[tuple[str, str, str], list[PassCell]] = {}
+    groups: dict[tuple[str, str, str, str], list[PassCell]] = {}
     for c in pass_cells(results):
-        groups.setdefault((c.model, c.workload, c.arm), []).append(c)
+        groups.setdefault((c.model, c.workload, c.arm, c.device), []).append(c)
     out = []
-    for (model, workload, arm), cells in sorted(groups.items()):
+    for (model, workload, arm, device), cells in sorted(groups.items()):
         length = np.array([c.pass_s for c in cells])
         sd_s = np.array([c.sd_s for c in cells])
         sd_log = np.array([c.sd_log for c in cells])
@@ -308,7 +312,7 @@ def pass_spread(results: Path) -> list[PassSpread]:
             return float(np.median(x)), float(x.min()), float(x.max())
 
         out.append(
-            PassSpread(model, workload, arm, tuple(sorted({c.run for c in cells})), len(cells),
+            PassSpread(model, workload, arm, device, tuple(sorted({c.run for c in cells})), len(cells),
                        (float(length.min()), float(length.max())), spread(sd_log), spread(sd_s), slope)
         )  # fmt: skip
     return out
