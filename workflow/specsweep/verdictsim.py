@@ -365,7 +365,7 @@ def _arm_runs(
     and its baseline steps."""
     from .tables import read_parquet
 
-    out = []
+    out: list[tuple[str, dict[Key, float], dict[Key, int], list[tuple[Key, Key]], frozenset[object]]] = []
     for path in sorted(results_dir.glob("*/tables/measurements.parquet")):
         if runs is not None and path.parent.parent.name not in runs:
             continue
@@ -376,7 +376,7 @@ def _arm_runs(
         ]
         series = {k: v for k, v in stats.cell_series(rows, "output_tok_s").items() if len(v) >= 2}
         sp = read_parquet(path.parent, "speedup.parquet").to_pylist()
-        pairs = [
+        pairs: list[tuple[Key, Key]] = [
             (
                 (s["model"], s["workload"], s["config"], s["concurrency"]),
                 (s["model"], s["workload"], s["baseline"], s["concurrency"]),
