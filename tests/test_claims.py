@@ -374,20 +374,19 @@ def test_c4_reads_the_measured_utilisation():
     c4 = _by_id(claims.decide(study, cells, [sp], []))["C4"]
     assert c4["verdict"] == "confirmed" and "vanilla 93.8–93.8 %" in c4["evidence"]
     assert _by_id(claims.decide(study, cells, [sp | {"verdict": "slower"}], []))["C4"]["verdict"] == "refuted"
-    # of two trident cells one is `slower` at 95 % from two engine starts a side; at 97.5 % it is not, and its
+    # of two trident cells one is `slower` at 95 % from three engine starts a side; at 97.5 % it is not, and its
     # utilisation stays below vanilla's: C4 undecided, not refuted
     code = [
         _cell(m, "code", "vanilla", gpu_util_mean_lo=90.0, gpu_util_mean_hi=94.0),
         _cell(m, "code", "trident", gpu_util_mean_lo=70.0, gpu_util_mean_hi=75.0),
     ]
-    a, b = [870.0, 900.0], [1000.0, 1012.0]
-    pooled = stats.pooled_spread([a, b])  # the model's only cells: its pooled spread is theirs
-    p, lo, hi = stats.speedup_ci(a, b, pooled)
-    assert stats.verdict(p, lo, hi) == "slower" and stats.speedup_ci(a, b, pooled, 0.975)[2] > 0.97
+    a, b = [930.3, 941.8, 953.4], [987.8, 1000.0, 1012.3]
+    p, lo, hi = stats.speedup_ci(a, b)  # Welch's, each cell's own spread
+    assert stats.verdict(p, lo, hi) == "slower" and stats.speedup_ci(a, b, 0.975)[2] > 0.97
     slow = sp | {"workload": "code", "speedup": p, "speedup_lo": lo, "speedup_hi": hi, "verdict": "slower"}
     slow |= {"baseline": "vanilla", "band": stats.BAND}
     rows = _runs(m, "code", "trident", a) + _runs(m, "code", "vanilla", b)
-    rows = [r | {"gpu_util_mean": u} for r, u in zip(rows, [72.0, 73.0, 92.0, 93.0], strict=True)]
+    rows = [r | {"gpu_util_mean": u} for r, u in zip(rows, [72.0, 73.0, 74.0, 92.0, 93.0, 94.0], strict=True)]
     c4 = _by_id(claims.decide(study, cells + code, [sp, slow], rows))["C4"]
     assert c4["verdict"] == "undecided" and "family-wise (2 cells, each interval at 97.50 %): no cell" in c4["evidence"]
     # no utilisation anywhere: said so, not "no GPU"
@@ -423,8 +422,8 @@ def test_committed_runs_decide_for_the_right_reason():
     assert ref["C5"]["verdict"] == "refuted" and ref["C5"]["evidence"].startswith("ngram drafter: linear over")
     assert load("h200-suffix-depth")["C5"]["verdict"] == claims.NOT_COVERED
     c9 = load("h200-smollm2-concurrency")["C9"]
-    # family-wise: the pooled-spread intervals of three curves at b = 1 still lie below 1 at 99.17 %
-    assert c9["verdict"] == "refuted" and "sonnet/suffix at b = 1 [0.349, 0.654] slower" in c9["evidence"]
+    # family-wise: code/suffix's interval at b = 1 (each cell's own spread) still lies below 1 at 99.17 %
+    assert c9["verdict"] == "refuted" and "code/suffix at b = 1 [0.332, 0.732] slower" in c9["evidence"]
     for run in ("h200-smollm2", "h200-shapes", "h200x2-shapes", "h200-fp8-shapes"):
         for c in load(run).values():
             assert c["rule"] and c["evidence"], (run, c["id"])

@@ -440,14 +440,18 @@ def test_figures_of_random_weights_say_so_in_title_and_caption():
 
 
 def test_a_zero_width_interval_is_named_identical():
-    """Three identical values give an interval of zero width, which says nothing about spread: named so."""
+    """Three identical values give an interval of zero width, which says nothing about spread: shown as exact,
+    the same in every start (or prompt)."""
     from specsweep import claims
     from specsweep.captions import _v
     from specsweep.view import Val
 
-    assert stats.interval_text(2.11, 2.11, ".2f", 3) == " (identical over 3 starts)"
+    assert stats.interval_text(2.11, 2.11, ".2f", 3) == " (same in 3 starts)"
     assert stats.interval_text(2.0, 2.2) == " [2.00, 2.20]"
-    assert _v(Val(2.11, 2.11, 2.11, 3)) == "2.11 (identical over 3 starts)"
-    assert _v(Val(1.0, 1.0, 1.0, 3), over="prompts") == "1.00 (identical over its prompts)"
-    assert tables._ci(2.11, 2.11, 2.11) == "2.11 (identical over its starts)"
-    assert claims._iv(1.0, 1.0, 1.0, none=claims.NO_PROMPTS) == "1.00 (identical over its prompts)"
+    assert _v(Val(2.11, 2.11, 2.11, 3)) == "2.11 (same in 3 starts)"
+    assert _v(Val(1.0, 1.0, 1.0, 3), over="prompts") == "1.00 (same in every prompt)"
+    assert tables._ci(2.11, 2.11, 2.11) == "2.11 (same in every start)"
+    assert claims._iv(1.0, 1.0, 1.0, none=claims.NO_PROMPTS) == "1.00 (same in every prompt)"
+    assert claims._iv(1.0, None, None, none=claims.NO_PROMPTS, same=40) == "1.00 (same in 40 prompts)"
+    assert tables.markdown._exact(1.0, None, None, 3) == "1.00 (same in 3 starts)"
+    assert tables._ci(1.001, 1.0004, 1.0016) == "1.001 [1.000, 1.002]"  # more digits, never [1.00, 1.00]

@@ -6,7 +6,6 @@ with the power table of docs/design.md."""
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 import sys
@@ -26,19 +25,29 @@ SCENARIOS = [s.name for s in verdictsim.DECISION]
 
 
 @pytest.mark.parametrize("run", RUNS)
-def test_noise_is_what_the_verdict_rule_pooled(run):
-    """Each model's sd and df give back the width of every speedup interval of the run's tables (half-width =
-    t(df) x sd x sqrt(1/n + 1/n_baseline)), and n used is its cells' most common engine starts."""
+def test_noise_is_the_models_pooled_spread(run):
+    """Each model's sd and df are its between-start spread pooled over its cells (stats.model_spreads), the
+    tables' speedup intervals each cell's own (stats.speedup_ci on the two cells' starts), and n used is its
+    cells' most common engine starts."""
     tables = RESULTS / run / "tables"
     noise = {m.model: m for m in plan.measured(tables)}
+    rows = [
+        r | {"_start": r["engine_key"]}
+        for r in pq.read_table(tables / "measurements.parquet").to_pylist()
+        if r["status"] == "ok" and r["output_tok_s"]
+    ]
+    series = stats.cell_series(rows, "output_tok_s")
+    for model, pooled in stats.model_spreads(series).items():
+        assert (noise[model].sd, noise[model].df) == (pooled or (None, 0))
     checked = 0
     for r in pq.read_table(tables / "speedup.parquet").to_pylist():
         if r["speedup_lo"] is None:
             continue
-        m = noise[r["model"]]
-        half = (math.log(r["speedup_hi"]) - math.log(r["speedup_lo"])) / 2
-        se = stats.t_quantile(0.5 + stats.LEVEL / 2, m.df) * math.sqrt(1 / r["n_starts"] + 1 / r["n_starts_baseline"])
-        assert half / se == pytest.approx(m.sd, rel=1e-9), (r["workload"], r["config"])
+        key = (r["model"], r["workload"])
+        got = stats.speedup_ci(
+            series[(*key, r["config"], r["concurrency"])], series[(*key, r["baseline"], r["concurrency"])]
+        )
+        assert (r["speedup"], r["speedup_lo"], r["speedup_hi"]) == got, (r["workload"], r["config"])
         checked += 1
     starts = Counter()
     for c in pq.read_table(tables / "cells.parquet").to_pylist():

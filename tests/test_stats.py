@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from specsweep import stats, verdictsim
 from specsweep.errors import SpecsweepError
 
@@ -129,20 +130,31 @@ def test_intervals_known_answers():
 
 
 def test_speedup_interval_known_answers():
-    """VERDICT_RULE's interval: t on the difference of mean logs with the model's pooled spread in the standard
-    error, on the pooled degrees of freedom (not the two cells' own spread)."""
+    """VERDICT_RULE's interval: Welch's t on the difference of mean logs, each cell's own between-start spread in
+    the standard error and Welch-Satterthwaite degrees of freedom (no spread pooled over other cells); the same
+    value on every start of both sides is exact, never a zero-width interval."""
     a, b = [20.0, 21.0, 19.0], [10.0, 11.0, 9.0]
-    point, lo, hi = stats.speedup_ci(a, b, (0.05, 30))
+    point, lo, hi = stats.speedup_ci(a, b)
     assert point == pytest.approx(stats.geomean(a) / stats.geomean(b))
-    half = stats.t_quantile(0.975, 30) * 0.05 * math.sqrt(2 / 3)
+    la, lb = np.log(a), np.log(b)
+    va, vb = la.var(ddof=1) / 3, lb.var(ddof=1) / 3
+    df = (va + vb) ** 2 / ((va**2 + vb**2) / 2)
+    half = stats.t_quantile(0.975, df) * math.sqrt(va + vb)
     assert (lo, hi) == pytest.approx((point * math.exp(-half), point * math.exp(half)))
-    assert stats.speedup_ci(a, b, (0.05, 30), level=0.99)[1] < lo  # a family-wise level widens it
-    assert stats.speedup_ci(a, [10.0], (0.05, 30)) == (pytest.approx(stats.geomean(a) / 10.0), None, None)
-    assert stats.speedup_ci(a, b, None)[1:] == (None, None)  # no pooled spread: no interval
-    assert stats.speedup_ci([], b, (0.05, 30)) == (None, None, None)
+    assert (lo, hi) == pytest.approx(stats.welch_log_ci(a, b))
+    assert stats.speedup_ci(a, b, level=0.99)[1] < lo  # a family-wise level widens it
+    assert stats.speedup_ci(a, [10.0]) == (pytest.approx(stats.geomean(a) / 10.0), None, None)
+    assert stats.speedup_ci([], b) == (None, None, None)
+    assert stats.speedup_ci([2.0, 2.0], [1.0, 1.0]) == (2.0, None, None)  # exact: no zero-width interval
+    assert stats.same_on_every_start([2.0, 2.0, 2.0], [1.0, 1.0]) == 2
+    assert stats.same_on_every_start([2.0, 2.1], [1.0, 1.0]) is None and stats.same_on_every_start([2.0]) is None
+    # a noisy cell beside a quiet one: its own spread widens its interval, the quiet pair's stays narrow
+    noisy = stats.speedup_ci([20.0, 26.0, 15.0], [10.0, 10.1, 9.9])
+    quiet = stats.speedup_ci([20.0, 20.2, 19.8], [10.0, 10.1, 9.9])
+    assert math.log(noisy[2] / noisy[1]) > 5 * math.log(quiet[2] / quiet[1])
     series = {("m", "w", "vanilla", None): b, ("m", "w", "ngram", None): a, ("m", "v", "vanilla", None): [7.0]}
-    sd, df = stats.model_spreads(series)["m"]
-    assert df == 4 and sd == pytest.approx(stats.spread([a, b]))
+    sd, df2 = stats.model_spreads(series)["m"]  # the model's pooled spread: specsweep plan's noise
+    assert df2 == 4 and sd == pytest.approx(stats.spread([a, b]))
 
 
 def test_verdicts_under_the_band():
@@ -163,7 +175,7 @@ def test_verdicts_under_the_band():
 
 def test_the_chosen_rule_is_the_one_the_tables_use():
     """verdictsim's CHOSEN rule, vectorised, gives the same intervals and verdicts as stats.speedup_ci and
-    stats.verdict over stats.model_spreads on the same simulated studies (so its simulated power is the tables')."""
+    stats.verdict on the same simulated studies (so its simulated power is the tables')."""
     logs = verdictsim.simulate(verdictsim.MEASURED, 0.03, 4, sims=50)
     logs[:, 0, 1] += math.log(1.06)
     lo, hi, band = verdictsim.RULES[verdictsim.CHOSEN](logs)
@@ -173,26 +185,49 @@ def test_the_chosen_rule_is_the_one_the_tables_use():
             for w in range(logs.shape[1])
             for c in range(logs.shape[2])
         }
-        _, slo, shi = stats.speedup_ci(
-            series[("m", "w0", "c1", None)], series[("m", "w0", "c0", None)], stats.model_spreads(series)["m"]
-        )
-        assert (math.log(slo), math.log(shi)) == pytest.approx((lo[i], hi[i]), rel=1e-4)
+        _, slo, shi = stats.speedup_ci(series[("m", "w0", "c1", None)], series[("m", "w0", "c0", None)])
+        # t975 interpolates t in log df (Welch's df is real): within 1e-5 of the exact quantile
+        assert (math.log(slo), math.log(shi)) == pytest.approx((lo[i], hi[i]), rel=1e-4, abs=1e-5)
         assert band[i] == stats.BAND
 
 
 def test_verdict_rule_power_at_equal_error():
     """The criterion of docs/design.md on the settings that decide it: at 3 % between-start noise (the committed
     runs' scatter, round effects and slow first round), n = 4 and 5, the tables' rule keeps coverage >= 95 % and
-    wrong decided verdicts <= 2.5 % (within Monte Carlo error) and calls a true 1.10x `faster` in >= 80 % of
-    studies, 11-16 points more than the rule before (a band of the measured spread), and no rule meeting the criterion there has
-    more power."""
-    for n, floor in ((4, 0.80), (5, 0.85)):
+    wrong decided verdicts <= 2.5 % (within Monte Carlo error) and calls a true 1.10x `faster` in >= 75 % of
+    studies, more than a band of the measured spread, and within 2 points of the most powerful rule meeting the
+    criterion there that pools no spread over other cells (verdictsim.POOLS; arm_coverage rules those out):
+    pairing by round, which has less at n = 3 and independent starts (verdictsim.choose sums over both)."""
+    for n, floor in ((4, 0.75), (5, 0.85)):
         logs = verdictsim.simulate(verdictsim.MEASURED, 0.03, n)
         res = {name: verdictsim.evaluate(rule, logs) for name, rule in verdictsim.RULES.items()}
         chosen = res[verdictsim.CHOSEN]
         assert chosen.meets() and chosen.power >= floor, (n, chosen)
-        assert res["measured band, Welch (the rule before)"].power < chosen.power - 0.08
-        assert chosen.power == max(r.power for r in res.values() if r.meets())
+        assert res["measured band, Welch (the rule before)"].power < chosen.power
+        assert chosen.power >= max(r.power for k, r in res.items() if r.meets() and k not in verdictsim.POOLS) - 0.02
+
+
+def test_verdict_rule_covers_every_arm_of_the_committed_runs():
+    """At the committed runs' own per-cell spreads (verdictsim.arm_coverage), a spread pooled over the model, its
+    arm or its ladder step covers the noisiest comparison of some run well under 93 %; each cell's own spread
+    (the tables' rule) covers it >= 93 % in every run, and choose() takes the rule that pools nothing."""
+    arms = verdictsim.arm_coverage(ROOT / "results", sims=2000)
+    runs = {a.run for a in arms}
+    assert {"h200-concurrency", "h200-reference", "h200-smollm2-concurrency"} <= runs
+    by = {(a.run, a.grouping): a for a in arms}
+    for run in runs:
+        assert by[(run, "the cell")].coverage >= verdictsim.ARM_MIN_COVERAGE - 0.01, by[(run, "the cell")]
+    for g in ("the model", "the model's arm (baseline or drafter)", "the ladder step"):
+        assert min(by[(r, g)].coverage for r in runs) < 0.85, g
+    failing = [a for a in arms if not a.meets()]
+    assert {a.grouping for a in failing} >= {"the model", "the workload"}
+    res = {
+        (sc.name, name, 0.03, n): verdictsim.evaluate(rule, verdictsim.simulate(sc, 0.03, n, sims=1000))
+        for sc in verdictsim.DECISION
+        for n in (3, 4, 5)
+        for name, rule in verdictsim.RULES.items()
+    }
+    assert verdictsim.choose(res, arms) == verdictsim.CHOSEN
 
 
 def test_verdict_rule_holds_its_error_in_every_setting():

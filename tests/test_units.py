@@ -121,7 +121,7 @@ def test_k_interval_over_prompts_from_requests():
     assert got["K_prompts"] == prompts == 30 and point == pytest.approx(2.0)
     assert got["K_lo"] == pytest.approx(1 + 1.2 * (lo - 1)) and got["K_hi"] == pytest.approx(1 + 1.2 * (hi - 1))
     assert got["alpha_lo"] == pytest.approx(0.2 * (lo - 1)) and got["K_lo"] < 2.2 < got["K_hi"]
-    none = dict.fromkeys(("K_lo", "K_hi", "alpha_lo", "alpha_hi", "K_prompts"))
+    none = dict.fromkeys(("K_lo", "K_hi", "alpha_lo", "alpha_hi", "K_prompts", "K_same_prompts"))
     assert tables.prompt_interval(2.2, 0.2, [None, None], "m/code/ngram") == none  # committed cells: no requests
     assert tables.prompt_interval(2.2, 0.2, [_requests(ks), None], "m/code/ngram") == none
     with pytest.raises(SpecsweepError, match="cell m/code/ngram: requests: every repeat must list the same"):

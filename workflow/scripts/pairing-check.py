@@ -2,8 +2,8 @@
 
 The engines of a model start in interleaved rounds (round r holds repeat r of every ladder step), so a speedup
 could also be estimated from the per-round log differences, step r over baseline r, with a paired t-interval
-(n - 1 degrees of freedom). The tables' interval (stats.VERDICT_RULE: the model's between-start spread pooled
-over its cells in the standard error) is printed beside it; the paired one is narrower only where the two
+(n - 1 degrees of freedom). The tables' interval (stats.VERDICT_RULE: Welch's, each cell's own between-start
+spread in the standard error) is printed beside it; the paired one is narrower only where the two
 sides' engine starts move together from round to round: at n = 3 the paired t has 2 degrees of freedom
 (t = 4.30). This prints both, for every (model, workload, step) of a run with the baseline's rounds matched,
 from the run's `measurements.parquet`, judged with the band of its `speedup.parquet` (speedups whose repeats are
@@ -78,11 +78,6 @@ def main(argv: list[str] | None = None) -> int:
         "model workload step rounds corr | tables: ratio [lo, hi] half(log) verdict"
         " | paired: ratio [lo, hi] half(log) verdict"
     )
-    measured = [
-        r | {"_start": r["engine_key"]}  # one engine key per engine start
-        for r in read_parquet(args.tables, "measurements.parquet").to_pylist()
-    ]
-    pooled = stats.model_spreads(stats.cell_series(measured, "output_tok_s"))
     narrower = compared = changed = 0
     for (model, workload, conc, step), (reps, base) in cells.items():
         band = bands.get((model, workload, conc, step))
@@ -90,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         matched = sorted(set(reps) & set(base))
         pairs = [(reps[r], base[r]) for r in matched]
-        point, lo, hi = stats.speedup_ci(list(reps.values()), list(base.values()), pooled.get(model))
+        point, lo, hi = stats.speedup_ci(list(reps.values()), list(base.values()))
         paired = paired_log_ci(pairs)
         if lo is None or paired is None:
             continue

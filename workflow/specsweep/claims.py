@@ -146,18 +146,27 @@ def _f(v: Any, d: int = 2) -> str:
     return "–" if v is None else f"{v:.{d}f}"
 
 
-def _iv(p: Any, lo: Any, hi: Any, d: int = 2, none: str = " (n<2)") -> str:
-    """'p [lo, hi]', or p and `none` (why there is no interval) when there is none; a zero-width interval is
-    named as identical values (over prompts where `none` says it is K's, else over engine starts)."""
+def _iv(p: Any, lo: Any, hi: Any, d: int = 2, none: str = " (n<2)", same: int | None = None) -> str:
+    """'p [lo, hi]', or p and `none` (why there is no interval) when there is none; an exact estimate (`same`:
+    the prompts or engine starts that all gave it) or a zero-width interval is named as the same value in each
+    (over prompts where `none` says it is K's, else over engine starts)."""
     if p is None:
         return "–"
+    over = "prompts" if none == NO_PROMPTS else "starts"
+    if same:
+        return f"{p:.{d}f} (same in {same} {over})"
     if lo is None or hi is None:
         return f"{p:.{d}f}{none}"
-    return f"{p:.{d}f}" + stats.interval_text(lo, hi, f".{d}f", over="prompts" if none == NO_PROMPTS else "starts")
+    return f"{p:.{d}f}" + stats.interval_text(lo, hi, f".{d}f", over=over)
 
 
 #: Why a K has no interval: K's interval is over prompts, from the cells' per-request data.
 NO_PROMPTS = " (no per-prompt data)"
+
+
+def _k_iv(c: dict[str, Any]) -> str:
+    """A cell row's K with its interval over prompts (exact where every prompt gave it: K_same_prompts)."""
+    return _iv(c["K_median"], c["K_lo"], c["K_hi"], none=NO_PROMPTS, same=c.get("K_same_prompts"))
 
 
 def _name(r: dict[str, Any]) -> str:
@@ -223,12 +232,6 @@ class Family:
             self._series[metric] = stats.cell_series(self._rows, metric)
         return self._series[metric].get((model, workload, config, concurrency), [])
 
-    def pooled(self, model: str) -> tuple[float, int] | None:
-        """The model's between-start spread of tok/s pooled over its cells, as the tables' verdicts use it."""
-        if "output_tok_s" not in self._series:
-            self._series["output_tok_s"] = stats.cell_series(self._rows, "output_tok_s")
-        return stats.model_spreads(self._series["output_tok_s"]).get(model)
-
     def ratio(self, s: dict[str, Any], metric: str, level: float) -> tuple[Any, Any]:
         """The `level` interval of speedup row `s`'s cell over its baseline in `metric`: tok/s's as the verdict
         rule takes it (stats.speedup_ci), the others Welch's."""
@@ -238,7 +241,7 @@ class Family:
         if not num or not den:
             return None, None
         if metric == "output_tok_s":
-            return stats.speedup_ci(num, den, self.pooled(s["model"]), level)[1:]
+            return stats.speedup_ci(num, den, level)[1:]
         return stats.welch_log_ci(num, den, level)
 
     def verdict(self, s: dict[str, Any], level: float) -> tuple[Any, Any, str | None]:
@@ -465,10 +468,7 @@ def decide(
             v, ratio = _c2_ratio(c, n)
             verdicts.append(v)
             used += [f"{m}/{w}/{cfg}", f"{m}/{w}/{ng}"]
-            ev.append(
-                f"{m}: suffix K {_iv(c['K_median'], c['K_lo'], c['K_hi'], none=NO_PROMPTS)} vs ngram K "
-                f"{_iv(n['K_median'], n['K_lo'], n['K_hi'], none=NO_PROMPTS)}, ratio {ratio}: {v}"
-            )
+            ev.append(f"{m}: suffix K {_k_iv(c)} vs ngram K {_k_iv(n)}, ratio {ratio}: {v}")
     none2 = RANDOM_WEIGHTS if only_dummy(lambda k: kind(k[1]) == "code") else "no code cells with both drafters"
     out.append(_claim("C2", _combine(verdicts), "; ".join(ev) or none2, used))
 
@@ -483,9 +483,7 @@ def decide(
                 if "NONE" in (c["cudagraph_mode_effective"], f["cudagraph_mode_effective"]):
                     ev.append(f"{m}: no CUDA graphs on this device (effective mode NONE)")
                     continue
-                p, lo, hi = stats.speedup_ci(
-                    series(m, w, pw, "output_tok_s"), series(m, w, full, "output_tok_s"), fam.pooled(m)
-                )
+                p, lo, hi = stats.speedup_ci(series(m, w, pw, "output_tok_s"), series(m, w, full, "output_tok_s"))
                 v = str(stats.verdict(p, lo, hi, band=band_of(m)))
                 if tech:
                     d = TECHNICAL
@@ -518,10 +516,7 @@ def decide(
             continue
         verdicts.append(_above(c, son, "K"))
         used += [f"{m}/chat/{cfg}", f"{m}/sonnet/{cfg}"]
-        ev.append(
-            f"{m}/{cfg}: chat K {_iv(c['K_median'], c['K_lo'], c['K_hi'], none=NO_PROMPTS)} vs sonnet "
-            f"{_iv(son['K_median'], son['K_lo'], son['K_hi'], none=NO_PROMPTS)}: {verdicts[-1]}"
-        )
+        ev.append(f"{m}/{cfg}: chat K {_k_iv(c)} vs sonnet {_k_iv(son)}: {verdicts[-1]}")
         lengths.append(
             f"{m}/{cfg} chat {_f(c.get('output_tokens_mean'), 0)}, sonnet {_f(son.get('output_tokens_mean'), 0)}"
         )

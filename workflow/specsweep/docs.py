@@ -204,6 +204,21 @@ def verdict_rule(root: Path = ROOT) -> str:
     return stats.VERDICT_RULE
 
 
+def arm_coverage(root: Path = ROOT) -> str:
+    """design.md's table of the verdict rule's coverage per arm: each way of pooling the between-start spread
+    simulated at the committed runs' own per-cell spreads (specsweep.verdictsim.arm_coverage; committed runs
+    only, those with a run page)."""
+    from . import verdictsim
+
+    arms = verdictsim.arm_coverage(root / "results", runs=set(run_pages(root)))
+    return (
+        "Per committed run measured on engine starts and way of pooling: the lowest coverage over the run's "
+        "comparisons (the noisiest, named workload/step), the median coverage, and the median power (a true "
+        f"{verdictsim.POWER_AT:.2f}x called `faster`), in %, from {verdictsim.SIMS:,} simulated runs; a cell in "
+        f"bold misses {100 * verdictsim.ARM_MIN_COVERAGE:.0f} %\n\n" + verdictsim.arm_markdown(arms).rstrip("\n")
+    )
+
+
 def plan_summary(root: Path = ROOT) -> str:
     """design.md's table of `specsweep plan` over the committed runs whose models have a between-start spread:
     per run and model, the spread, the n the run used with its power, and the n that reaches the plan's target
@@ -484,6 +499,7 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "verdict_rule": verdict_rule,
     "claim_rules": claim_rules,
     "pass_spread": pass_spread,
+    "arm_coverage": arm_coverage,
     "plan_summary": plan_summary,
 }
 

@@ -2,8 +2,9 @@
 1 + `effect` `faster` with probability `target`, given the between-start noise a run measured.
 
 Per model of a run's tables (measurements.parquet, read through the checked reader): the between-start spread
-of log tok/s pooled over the model's cells exactly as the verdict rule pools it (stats.cell_series and
-stats.model_spreads, one value per engine start, each cell about its own mean), the cells it pools over, and
+of log tok/s pooled over the model's cells (stats.cell_series and stats.model_spreads, one value per engine
+start, each cell about its own mean: a typical cell's noise; the verdict rule's interval takes each cell's own
+spread, stats.VERDICT_RULE), the cells it pools over, and
 the n the run used (the engine starts most of its cells had). The power at n is verdictsim's: simulated
 studies with that many cells and n engine starts a cell in n interleaved rounds, noise sigma = the measured
 spread, judged by the rule the tables use (verdictsim.CHOSEN; tests/test_stats.py holds them equal), under each
@@ -69,7 +70,7 @@ class ModelPlan:
 
 
 def measured(tables: Path) -> list[ModelNoise]:
-    """Each model's between-start noise in a run's tables, as the verdict rule pools it."""
+    """Each model's between-start noise in a run's tables, pooled over its cells (a typical cell's)."""
     from .tables import read_parquet
 
     rows = [
@@ -186,7 +187,7 @@ def markdown(plans: Sequence[ModelPlan], tables: Path, effect: float = EFFECT, t
     lines = [
         f"Engine starts for a true {1 + effect:.2f}x to be called `faster` in {100 * target:.0f} % of studies "
         f"(`specsweep plan --tables {tables} --effect {effect:g} --power {target:g}`): per model, the between-start "
-        "sd of log tok/s pooled over its cells as the verdict rule pools it, and the power of that rule "
+        "sd of log tok/s pooled over its cells (a typical cell's), and the power of the verdict rule "
         f"(`{verdictsim.CHOSEN}`) in {verdictsim.SIMS:,} simulated studies of the model's cells per n "
         f"(specsweep.verdictsim), {' and '.join(names)}.",
         "",

@@ -55,15 +55,22 @@ REPEATS_ARE = {
     ONE_ENGINE: f"the repeats are {ONE_ENGINE}, caches reset between them: technical replicates, not counted as n",
 }
 
+#: What VERDICT_RULE's interval takes its between-start spread from: each cell's own (docs/design.md, "Which
+#: verdict rule"; verdictsim.arm_coverage). Pooling over a model's cells, its arms or its steps gave the
+#: noisiest drafter comparisons of the committed runs 56-84 % coverage where each cell's own spread gives 93 %.
+SPREAD_OF = "each cell's own"
+
 VERDICT_RULE = (
     "A speedup is `faster` (`slower`) only when its whole 95 % interval lies above 1 + b (below 1 - b), "
     f"`equivalent` when it lies inside [1 - b, 1 + b], else `undecided`, with the band b fixed at {100 * BAND:.0f} %; "
-    "the interval is t on the difference of the two cells' mean log throughput over engine starts, its standard "
-    "error from the between-start spread pooled over every cell of that model in the run (the pooled standard "
-    "deviation of log throughput, each cell about its own mean, on the pooled degrees of freedom); a cell with "
-    f"fewer than 2 engine starts (`undecided (n<2)`) or whose repeats are {ONE_ENGINE} "
-    "(`undecided (technical replicates)`) decides nothing. The rule was chosen over a band of the measured "
-    "spread, Welch's interval and pairing by round by its power at equal error in simulation (docs/design.md)."
+    "the interval is Welch's t on the difference of the two cells' mean log throughput over engine starts, "
+    "each side's standard error from that cell's own between-start spread (no spread pooled across cells: a "
+    "drafter's starts spread several times as much as the baseline's, and pooled spreads undercover the noisiest "
+    "cells); a cell with fewer than 2 engine starts (`undecided (n<2)`) or whose repeats are "
+    f"{ONE_ENGINE} (`undecided (technical replicates)`) decides nothing. The rule was chosen over spreads pooled "
+    "over the model, its arms and its ladder steps by its coverage at the committed runs' per-cell spreads "
+    "(at least 93 % for the noisiest comparison), and over a band of the measured spread and pairing by round by "
+    "its error and power in simulation (docs/design.md)."
 )
 
 
@@ -362,9 +369,10 @@ def spread_ci(
 
 
 def pooled_spread(groups: Sequence[Sequence[float | None]]) -> tuple[float, int] | None:
-    """The between-start spread of VERDICT_RULE's interval: the pooled standard deviation of log values over
-    groups (cells, one value per engine start, each about its own mean) and its degrees of freedom; None when
-    no group has 2 starts (or every group's starts are identical)."""
+    """A model's between-start spread (specsweep plan's and verdictsim's noise; VERDICT_RULE's interval takes
+    each cell's own): the pooled standard deviation of log values over groups (cells, one value per engine
+    start, each about its own mean) and its degrees of freedom; None when no group has 2 starts (or every
+    group's starts are identical)."""
     ss, df = _pooled(groups)
     return (math.sqrt(ss / df), df) if df and ss > 0 else None
 
@@ -379,26 +387,33 @@ def model_spreads(series: Mapping[tuple[Any, ...], Sequence[float]]) -> dict[Any
 
 
 def speedup_ci(
-    num: Sequence[float | None],
-    den: Sequence[float | None],
-    pooled: tuple[float, int] | None,
-    level: float = LEVEL,
+    num: Sequence[float | None], den: Sequence[float | None], level: float = LEVEL
 ) -> tuple[float | None, float | None, float | None]:
     """The speedup of VERDICT_RULE: the ratio of geometric means num / den (one value per engine start on each
-    side) and its `level` interval, t on the difference of mean logs with the standard error
-    sd * sqrt(1/n_num + 1/n_den) from the model's `pooled` (sd, df) (:func:`pooled_spread`). Interval None when
-    either side has fewer than 2 starts, a value <= 0, or no pooled spread."""
+    side) and its `level` interval, Welch's t on the difference of mean logs, each side's standard error from
+    its own between-start spread (:func:`welch_log_ci`). Interval None when either side has fewer than 2
+    starts or a value <= 0, or when every start of both sides gave the same value (an exact ratio, never a
+    zero-width interval)."""
     a, b = _clean(num), _clean(den)
     if not a.size or not b.size:
         return None, None, None
     if not _log_scale(a) or not _log_scale(b):
         return (float(np.median(a) / np.median(b)) if np.median(b) else None), None, None
     diff = float(np.log(a).mean() - np.log(b).mean())
-    if a.size < 2 or b.size < 2 or pooled is None:
+    lo, hi = welch_log_ci(a.tolist(), b.tolist(), level)
+    if lo is None or hi is None or lo == hi:
         return math.exp(diff), None, None
-    sd, df = pooled
-    half = t_quantile(1 - (1 - level) / 2, df) * sd * math.sqrt(1.0 / a.size + 1.0 / b.size)
-    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+    return math.exp(diff), lo, hi
+
+
+def same_on_every_start(num: Sequence[float | None], den: Sequence[float | None] = ()) -> int | None:
+    """How many engine starts gave one and the same value (on each side of a ratio: the fewer side's), where
+    that is 2 or more: an exact estimate, shown as `x (same in n starts)`, not as a zero-width interval; None
+    otherwise."""
+    sides = [_clean(v) for v in (num, den) if len(v)]
+    if not sides or any(s.size < 2 or bool((s != s[0]).any()) for s in sides):
+        return None
+    return min(s.size for s in sides)
 
 
 def verdict(
@@ -496,8 +511,8 @@ def wilson(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
 
 def interval_text(lo: float, hi: float, spec: str = ".2f", n: int | None = None, over: str = "starts") -> str:
     """' [lo, hi]' formatted with `spec`; where lo == hi (every value equal: a zero-width interval, which says
-    nothing about spread), ' (identical over n starts)' instead (`n`: how many, the fewer side of a ratio, 'its'
-    when not known; `over`: what the interval is over, engine starts or, for K, prompts)."""
+    nothing about spread), ' (same in n starts)' instead (`n`: how many, the fewer side of a ratio, 'every'
+    when not known; `over`: what the estimate is over, engine starts or, for K, prompts)."""
     if lo == hi:
-        return f" (identical over {n if n else 'its'} {over})"
+        return f" (same in {n} {over})" if n else f" (same in every {over.rstrip('s')})"
     return f" [{format(lo, spec)}, {format(hi, spec)}]"

@@ -511,6 +511,8 @@ def _heldout_t(r: dict[str, Any], cells_dir: Path | None, tmp: Path) -> tuple[fl
             atomic_write_json(out, got[1])
             t, lo, hi = advise._t_interval(got[1])
             return t, lo, hi, "replayed"
+    if r.get("T_same_starts"):  # the same on every engine start of both sides: exact, its own bounds
+        return float(r["T"]), float(r["T"]), float(r["T"]), "measured"
     return float(r["T"]), _f(r.get("T_lo")), _f(r.get("T_hi")), "measured"
 
 

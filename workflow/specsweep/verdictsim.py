@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -282,20 +282,31 @@ def markdown(results: dict[tuple[str, str, float, int], Result]) -> str:
 
 
 #: The decision: the rule with the highest power (a true 1.10x at 3 % noise, n = 3 to 5) among those meeting the
-#: criterion in every setting of the decision scenarios (independent starts, as measured). stats.VERDICT_RULE
-#: is this rule (tests/test_stats.py checks both).
-CHOSEN = "3 % band, SE pooled over the model"
+#: criterion in every setting of the decision scenarios (independent starts, as measured) whose spread also holds
+#: coverage for every arm of the committed runs (`arm_coverage`: a rule pooling a spread over the model's cells
+#: does not). stats.VERDICT_RULE is this rule (tests/test_stats.py checks both).
+CHOSEN = "3 % band, Welch"
 DECISION = SCENARIOS[:2]
+#: what each rule of RULES pools its between-start spread over (GROUPINGS), where it pools one
+POOLS = {
+    "3 % band, SE pooled over the model": "the model",
+    "5 % band, SE pooled over the model": "the model",
+    "3 % band, SE pooled over the workload": "the workload",
+    "3 % band, paired by round, SE pooled over the workload": "the workload",
+}
 
 
-def choose(results: dict[tuple[str, str, float, int], Result]) -> str:
-    """The rule CHOSEN names, from the table: meets the criterion in every setting of DECISION, and has the
-    highest summed power at 3 % noise over the n's and decision scenarios."""
+def choose(results: dict[tuple[str, str, float, int], Result], arms: Sequence[ArmResult] | None = None) -> str:
+    """The rule CHOSEN names, from the table: meets the criterion in every setting of DECISION, pools no spread
+    over a group that `arms` (arm_coverage's rows) shows undercovering an arm, and has the highest summed power
+    at 3 % noise over the n's and decision scenarios."""
     names = {d.name for d in DECISION}
+    failing = {a.grouping for a in arms or () if not a.meets()}
     ok = [
         rule
         for rule in RULES
         if all(r.meets() for (sc, name, _, _), r in results.items() if name == rule and sc in names)
+        and POOLS.get(rule) not in failing
     ]
     if not ok:
         raise ValueError("verdictsim: no rule meets the criterion")
@@ -304,6 +315,151 @@ def choose(results: dict[tuple[str, str, float, int], Result]) -> str:
         return sum(r.power for (sc, name, s, _), r in results.items() if name == rule and sc in names and s == 0.03)
 
     return max(ok, key=summed)
+
+
+# ------------------------------------------------------------------- coverage per arm, at the runs' spreads
+
+#: Where a verdict's between-start spread may be pooled: the cells (keyed model, workload, config, b) that share
+#: one, given the run's baseline steps. `the cell` pools nothing: Welch's interval, each side its own spread.
+GROUPINGS: dict[str, Callable[[tuple[object, ...], frozenset[object]], tuple[object, ...]]] = {
+    "the model": lambda k, base: (k[0],),
+    "the model's arm (baseline or drafter)": lambda k, base: (k[0], k[2] in base),
+    "the workload": lambda k, base: (k[0], k[1]),
+    "the ladder step": lambda k, base: (k[0], k[2]),
+    "the ladder step at its b": lambda k, base: (k[0], k[2], k[3]),
+    "the cell": lambda k, base: tuple(k),
+}
+#: each grouping's rule in RULES (the cell's: Welch's interval)
+GROUPING_RULE = {
+    "the model": "3 % band, SE pooled over the model",
+    "the workload": "3 % band, SE pooled over the workload",
+    "the cell": "3 % band, Welch",
+}
+#: the criterion per arm: the noisiest comparison of every committed run covered at least this often
+ARM_MIN_COVERAGE = 0.93
+ARM_SEED = 20261206
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    run: str
+    grouping: str
+    comparisons: int
+    coverage: float  # the lowest over the run's comparisons
+    worst: str  # the comparison that has it
+    median_coverage: float
+    power: float  # median over the comparisons: a true 1.10x called `faster`
+
+    def meets(self) -> bool:
+        return self.coverage >= ARM_MIN_COVERAGE
+
+
+Key = tuple[object, ...]
+
+
+def _arm_runs(
+    results_dir: Path, runs: Collection[str] | None = None
+) -> list[tuple[str, dict[Key, float], dict[Key, int], list[tuple[Key, Key]], frozenset[object]]]:
+    """Per run measured on engine starts (`runs`: only those): each cell's between-start sd of log tok/s and
+    its starts (cells of 2 or more), the comparisons its speedup table decides on (cell, its baseline cell),
+    and its baseline steps."""
+    from .tables import read_parquet
+
+    out: list[tuple[str, dict[Key, float], dict[Key, int], list[tuple[Key, Key]], frozenset[object]]] = []
+    for path in sorted(results_dir.glob("*/tables/measurements.parquet")):
+        if runs is not None and path.parent.parent.name not in runs:
+            continue
+        rows = [
+            r | {"_start": r["engine_key"]}
+            for r in read_parquet(path.parent, path.name).to_pylist()
+            if r["status"] == "ok" and r["output_tok_s"]
+        ]
+        series = {k: v for k, v in stats.cell_series(rows, "output_tok_s").items() if len(v) >= 2}
+        sp = read_parquet(path.parent, "speedup.parquet").to_pylist()
+        pairs: list[tuple[Key, Key]] = [
+            (
+                (s["model"], s["workload"], s["config"], s["concurrency"]),
+                (s["model"], s["workload"], s["baseline"], s["concurrency"]),
+            )
+            for s in sp
+            if s["replication"] == stats.ENGINE_STARTS
+        ]
+        pairs = [(a, b) for a, b in pairs if a in series and b in series]
+        if not pairs:
+            continue
+        sd = {k: float(np.log(v).std(ddof=1)) for k, v in series.items()}
+        n = {k: len(v) for k, v in series.items()}
+        out.append((path.parent.parent.name, sd, n, pairs, frozenset(s["baseline"] for s in sp)))
+    return out
+
+
+def arm_coverage(results_dir: Path, sims: int = SIMS, runs: Collection[str] | None = None) -> list[ArmResult]:
+    """Each grouping's coverage and power at the committed runs' own per-cell spreads: every cell of a run
+    simulated with its measured between-start sd of log tok/s and its number of starts (normal, independent
+    starts), the spread pooled over the grouping's cells (each about its own mean, on the pooled degrees of
+    freedom; two sides from different groups: Welch-Satterthwaite on the two pooled variances), a 95 % t
+    interval per comparison the run's speedup table decides. Per run and grouping: the lowest coverage over the
+    comparisons (the noisiest comparison's), the median, and the median power (a true 1.10x called `faster`
+    against the 3 % band)."""
+    out: list[ArmResult] = []
+    up = math.log1p(stats.BAND)
+    for run, sd, n, pairs, base in _arm_runs(results_dir, runs):
+        rng = np.random.default_rng([ARM_SEED, len(pairs), len(sd)])
+        keys = sorted(sd, key=str)
+        draws = {k: sd[k] * rng.standard_normal((sims, n[k])) for k in keys}
+        ss = {k: _ss(x) for k, x in draws.items()}
+        mean = {k: x.mean(axis=-1) for k, x in draws.items()}
+        for name, group in GROUPINGS.items():
+            gss: dict[Key, np.ndarray] = {}
+            gdf: dict[Key, int] = {}
+            for k in keys:
+                g = group(k, base)
+                gss[g] = gss.get(g, 0.0) + ss[k]
+                gdf[g] = gdf.get(g, 0) + n[k] - 1
+            cov, pw = [], []
+            for a, b in pairs:
+                ga, gb = group(a, base), group(b, base)
+                va, vb = gss[ga] / gdf[ga] / n[a], gss[gb] / gdf[gb] / n[b]
+                if ga == gb:
+                    df = np.full(sims, float(gdf[ga]))
+                else:
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        df = np.where(va + vb > 0, (va + vb) ** 2 / (va**2 / gdf[ga] + vb**2 / gdf[gb]), 1.0)
+                h = t975(df) * np.sqrt(va + vb)
+                d = mean[a] - mean[b]
+                cov.append(float((np.abs(d) <= h).mean()))
+                pw.append(float((d + math.log(POWER_AT) - h > up).mean()))
+            i = int(np.argmin(cov))
+            worst = "/".join(str(x) for x in pairs[i][0][1:3])
+            out.append(ArmResult(run, name, len(pairs), cov[i], worst, float(np.median(cov)), float(np.median(pw))))
+    return out
+
+
+def arm_markdown(arms: Sequence[ArmResult]) -> str:
+    """The per-arm table of docs/design.md: per committed run, each grouping's lowest coverage (the noisiest
+    comparison's, named), its median coverage and its median power; a cell in bold misses ARM_MIN_COVERAGE."""
+    names = list(GROUPINGS)
+    runs = list(dict.fromkeys(a.run for a in arms))
+    by = {(a.run, a.grouping): a for a in arms}
+    lines = [
+        "| run | comparisons | " + " | ".join(f"pooled over {g}" for g in names) + " |",
+        "|---|---:|" + "---|" * len(names),
+    ]
+    for run in runs:
+        cells = []
+        for g in names:
+            a = by[(run, g)]
+            txt = f"{100 * a.coverage:.1f} ({a.worst}) / {100 * a.median_coverage:.1f} / {100 * a.power:.0f}"
+            cells.append(txt if a.meets() else f"**{txt}**")
+        lines.append(f"| {run} | {by[(run, names[0])].comparisons} | " + " | ".join(cells) + " |")
+    chosen = [g for g in names if all(by[(r, g)].meets() for r in runs)]
+    lines += [
+        "",
+        f"Holds {100 * ARM_MIN_COVERAGE:.0f} % for the noisiest comparison of every run: "
+        + (", ".join(chosen) if chosen else "none")
+        + ".",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -369,6 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     res = table()
     noise = measured_noise(args.results)
+    arms = arm_coverage(args.results)
     md = (
         "Measured on the committed runs (cells of 3+ engine starts): run, model, cells, pooled between-start sd of "
         "log tok/s (the noise of the tables below), tau, rounds' mean deviation in units of that sd (round 1 first)\n\n"
@@ -382,7 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         + "\n"
         + markdown(res)
         + f"\nChosen (highest power at 3 % noise among the rules that meet the criterion in every setting of "
-        f"{' and '.join(d.name for d in DECISION)}): {choose(res)}.\n"
+        f"{' and '.join(d.name for d in DECISION)}, pooling no spread over a group that undercovers an arm of a "
+        f"committed run): {choose(res, arms)}.\n"
     )
     if args.out:
         args.out.write_text(md)

@@ -6,9 +6,11 @@
                           alpha: over prompts, stats.prompt_bootstrap, where the cells hold per-request data)
     speedup.parquet       each non-baseline cell against the baseline cell of its model, workload and
                           concurrency: speedup (ratio of geometric means over engine starts) with its interval
-                          (stats.speedup_ci; R and T: stats.ratio_ci), the band and the verdict (stats.VERDICT_RULE),
-                          K, alpha, R,
-                          R over decode steps, T (tokens-per-step ratio), and the engine settings of both sides
+                          (stats.speedup_ci; R and T: stats.ratio_ci; an exact ratio, the same
+                          on every start, has none and says so in *_same_starts), the band and the verdict
+                          (stats.VERDICT_RULE), the geometric means it divides, K, alpha, R,
+                          R over decode steps, T (tokens-per-step ratio), per-request output tok/s (median and
+                          p10 over requests) of both sides and its speedup, and the engine settings of both sides
     crossover.parquet     per (model, workload, drafter) measured at several concurrencies: the b* where its
                           speedup falls through 1, with its interval (see crossover.py); empty without that axis
     serve.parquet         runs with serve-mode steps only: per serve cell, vLLM's benchmark client's latencies

@@ -25,7 +25,28 @@ def _ci(point: Any, lo: Any, hi: Any, digits: int = 2) -> str:
         return "–"
     if lo is None:
         return _fmt(point, digits)
-    return f"{point:.{digits}f}" + stats.interval_text(lo, hi, f".{digits}f")
+    shown = digits  # more digits where the interval's ends would print alike (a nonzero width shown as zero)
+    while shown < digits + 3 and lo != hi and f"{lo:.{shown}f}" == f"{hi:.{shown}f}":
+        shown += 1
+    return f"{point:.{shown}f}" + stats.interval_text(lo, hi, f".{shown}f")
+
+
+def _exact(point: Any, lo: Any, hi: Any, same: Any, digits: int = 2) -> str:
+    """A ratio with its interval, or exact where every engine start of both sides gave the same value
+    (`same`: in how many starts): `x (same in n starts)`, never a zero-width interval."""
+    if point is not None and same:
+        return f"{point:.{digits}f} (same in {same} starts)"
+    return _ci(point, lo, hi, digits)
+
+
+def _request(r: Mapping[str, Any]) -> str:
+    """A cell's per-request output tok/s, `median / p10` over its requests, or that it holds none."""
+    med, p10 = r.get("request_tok_s_median"), r.get("request_tok_s_p10")
+    if not r.get("n"):
+        return "–"
+    if med is None:
+        return "no per-request data"
+    return f"{med:.1f} / {p10:.1f}"
 
 
 def _replication(r: Mapping[str, Any]) -> str:
@@ -58,11 +79,15 @@ def summary_markdown(
     engines = stats.REPEATS_ARE[study.replication]
     lines.append(
         f"{done} of {len(crow)} cells complete ({n_meas} of {len(crow) * study.repeats} measurements, "
-        f"{study.repeats} repeat(s) each, {engines}). n = engine starts. Medians over repeats; "
-        "[95 % interval over engine starts: t on log values (stats.cell_ci), a speedup's as its verdict rule below, "
-        "R's and T's Welch t (stats.ratio_ci); "
-        "none below 2 engine starts]; K and α have no interval here (their interval, over prompts, is in "
-        "cells.parquet where the cells hold per-request data); CV = coefficient of variation of tok/s over repeats."
+        f"{study.repeats} repeat(s) each, {engines}). n = engine starts. tok/s: the geometric mean over engine "
+        "starts, the value the speedup divides (speedup = tok/s / the baseline's tok/s); other values medians over "
+        "repeats; [95 % interval over engine starts: t on log values (stats.cell_ci), a speedup's as its verdict "
+        "rule below, T's Welch t (stats.ratio_ci); none below 2 engine starts; `x (same in n starts)`: every start "
+        "of both sides gave x]; K and α have no interval here (their interval, over prompts, is in cells.parquet "
+        "where the cells hold per-request data); CV = coefficient of variation of tok/s over repeats. request "
+        "tok/s: each request's output tokens over its time from arrival to its last token, median / 10th "
+        "percentile over the requests of a pass (median over passes), and the speedup on the median: a batch "
+        "whose speedup is set by its longest request has a request speedup unlike its own."
     )
     lines += ["", f"Verdicts: {stats.VERDICT_RULE}"]
     at_b = [r for r in crow if r["concurrency"] is not None and r.get("n")]
@@ -70,9 +95,10 @@ def summary_markdown(
     lines += [
         "",
         f"| model | workload | config | {'b | TPOT ms | ' if axis else ''}{'occupancy | ' if occ else ''}n | "
-        "replication | tok/s | CV | speedup | verdict | K | α | R | R decode | T | in/out tokens | match baseline |",
+        "replication | tok/s | CV | speedup | verdict | request tok/s | request speedup | K | α | R | R decode | T | "
+        "in/out tokens | match baseline |",
         f"|---|---|---|{'---:|---:|' if axis else ''}{'---:|' if occ else ''}---:|---|---:|---:|---:|---|"
-        "---:|---:|---:|---:|---:|---:|---:|",
+        "---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     spk = {(s["model"], s["workload"], s["config"], s["concurrency"]): s for s in sp}
     low = {(r["model"], r["workload"], r["config"], r["concurrency"]) for r in at_b if r.get("_occupancy_low")}
@@ -101,11 +127,12 @@ def summary_markdown(
             f"| {md_text(r['model'])} | {md_text(r['workload'])} | {md_text(r['config'])} | "
             f"{conc}{_fmt(r.get('n_starts'))} | "
             f"{_replication(r)} | "
-            f"{_ci(r.get('output_tok_s_median'), r.get('output_tok_s_lo'), r.get('output_tok_s_hi'), 1)} | "
+            f"{_ci(r.get('output_tok_s_gm'), r.get('output_tok_s_lo'), r.get('output_tok_s_hi'), 1)} | "
             f"{_fmt(100 * cv, 1) + ' %' if cv is not None else '–'} | "
             f"{_ci(s.get('speedup'), s.get('speedup_lo'), s.get('speedup_hi'), 3)} | {verdict} | "
+            f"{_request(r)} | {_fmt(s.get('request_speedup'), 3)} | "
             f"{_fmt(r.get('K_median'))} | {_fmt(r.get('alpha_median'), 3)} | {_fmt(s.get('R'))} | "
-            f"{_fmt(s.get('R_decode'))} | {_fmt(s.get('T'))} | "
+            f"{_fmt(s.get('R_decode'))} | {_exact(s.get('T'), s.get('T_lo'), s.get('T_hi'), s.get('T_same_starts'))} | "
             f"{_fmt(r.get('input_tokens_mean'), 0)}/{_fmt(r.get('output_tokens_mean'), 0)} | {match} |"
         )
     lines += [

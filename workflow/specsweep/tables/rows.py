@@ -8,6 +8,8 @@ import statistics
 from collections.abc import Mapping
 from typing import Any, cast
 
+import numpy as np
+
 from .. import inflight, stats
 from ..config import Study
 from ..errors import SpecsweepError
@@ -77,9 +79,13 @@ def cell_rows(
             for m in STAT_METRICS:
                 vals = [r[m] for r in ok]
                 lo, hi = stats.cell_ci(stats.per_start(vals, starts))
+                if lo is not None and lo == hi:  # the same on every start (its CV 0): exact, no zero-width interval
+                    lo = hi = None
                 row |= {f"{m}_median": stats.median(vals), f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_cv": stats.cv(vals)}
+            row["output_tok_s_gm"] = stats.geomean(stats.per_start([r["output_tok_s"] for r in ok], starts))
             reqs = [docs[(*key[:3], _b(b), r["repeat"])].get("requests") for r in ok]
             row |= prompt_interval(row["K_median"], row["alpha_median"], reqs, cell.key)
+            row |= request_speed(reqs)
             for k in ("drafts", "draft_tokens", "accepted"):
                 vals = [r[k] for r in ok]
                 row[k] = sum(vals) if all(v is not None for v in vals) else None
@@ -122,6 +128,34 @@ def _occupancy_of(ok: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def request_tok_s(requests: Mapping[str, Any] | None) -> list[float] | None:
+    """One pass's per-request output tok/s from its cell JSON's `requests` block: a request's output tokens
+    over its time from arrival to its last token, ttft_s + (output_tokens - 1) x tpot_s (a request of one token:
+    its ttft). None when the pass holds no per-request latencies (cells from before they were recorded); a
+    request without them is left out."""
+    if not requests or "ttft_s" not in requests or "tpot_s" not in requests:
+        return None
+    out = []
+    for o, ttft, tpot in zip(requests["output_tokens"], requests["ttft_s"], requests["tpot_s"], strict=True):
+        if o is None or o < 1 or ttft is None or (o > 1 and tpot is None):
+            continue
+        wall = ttft + (o - 1) * (tpot or 0.0)
+        if wall > 0:
+            out.append(o / wall)
+    return out or None
+
+
+def request_speed(requests: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """A cell's per-request output tok/s: per pass the median and the 10th percentile over its requests
+    (request_tok_s), each the median over the cell's passes; None where a pass lacks per-request latencies."""
+    per = [request_tok_s(r) for r in requests]
+    if not per or any(p is None for p in per):
+        return {"request_tok_s_median": None, "request_tok_s_p10": None}
+    med = [float(np.quantile(p, 0.5)) for p in per if p]
+    p10 = [float(np.quantile(p, 0.1)) for p in per if p]
+    return {"request_tok_s_median": stats.median(med), "request_tok_s_p10": stats.median(p10)}
+
+
 def prompt_interval(
     k: float | None, alpha: float | None, requests: list[dict[str, Any] | None], cell: str
 ) -> dict[str, Any]:
@@ -131,7 +165,14 @@ def prompt_interval(
     part (per-request tokens per decode step - 1) is carried onto K - 1 and alpha, which vLLM's counters give
     (K = 1 + alpha * mean draft length). No interval (None, K_prompts None) when a repeat lacks per-request data,
     never a zero-width one."""
-    out: dict[str, Any] = {"K_lo": None, "K_hi": None, "alpha_lo": None, "alpha_hi": None, "K_prompts": None}
+    out: dict[str, Any] = {
+        "K_lo": None,
+        "K_hi": None,
+        "alpha_lo": None,
+        "alpha_hi": None,
+        "K_prompts": None,
+        "K_same_prompts": None,
+    }
     if k is None or not requests or any(r is None for r in requests):
         return out
     try:
@@ -146,7 +187,12 @@ def prompt_interval(
     if got is None:
         return out
     point, lo, hi, prompts = got
-    f_lo, f_hi = ((lo - 1.0) / (point - 1.0), (hi - 1.0) / (point - 1.0)) if point > 1.0 else (1.0, 1.0)
+    if lo == hi or point <= 1.0 or k == 1.0:  # no accepted part to carry a width onto
+        # K = 1 (vLLM's counters: no draft token accepted on any prompt) or every prompt alike: exact, never a
+        # zero-width interval
+        exact = lo == hi or k == 1.0
+        return out | {"K_prompts": prompts, "K_same_prompts": prompts if exact else None}
+    f_lo, f_hi = (lo - 1.0) / (point - 1.0), (hi - 1.0) / (point - 1.0)
     out |= {"K_lo": 1.0 + (k - 1.0) * f_lo, "K_hi": 1.0 + (k - 1.0) * f_hi, "K_prompts": prompts}
     if alpha is not None:
         out |= {"alpha_lo": alpha * f_lo, "alpha_hi": alpha * f_hi}
@@ -171,11 +217,7 @@ def speedup_rows(
             by_metric[metric] = stats.cell_series(rows, metric)
         return by_metric[metric].get((model, workload, step, b), [])
 
-    # VERDICT_RULE's interval: its standard error from the between-start spread of tok/s pooled over every cell
-    # of the model (the band is fixed: stats.BAND)
-    if "output_tok_s" not in by_metric:
-        by_metric["output_tok_s"] = stats.cell_series(rows, "output_tok_s")
-    pooled = stats.model_spreads(by_metric["output_tok_s"])
+    # VERDICT_RULE's interval: Welch's, each cell's own between-start spread (the band is fixed: stats.BAND)
     out: list[SpeedupRow] = []
     for c in crow:
         if c["config"] in study.baselines:
@@ -213,7 +255,6 @@ def speedup_rows(
             base,
             {m: series(mk, wk, ck, b, m) for m in metrics},
             {m: series(mk, wk, baseline, b, m) for m in metrics},
-            pooled=pooled.get(mk),
             technical=technical,
         )
         row |= {m: cast("dict[str, Any]", c)[m] for m in LATENCY_METRICS}
@@ -226,29 +267,29 @@ def compare_cells(
     base: Mapping[str, Any],
     mine: dict[str, list[Any]],
     theirs: dict[str, list[Any]],
-    pooled: tuple[float, int] | None = None,
     technical: bool = False,
 ) -> dict[str, Any]:
     """The speedup row's numbers of cell row `c` against its baseline row `base`, from the values of
     output_tok_s, step_time_ms, decode_step_time_ms and tokens_per_step on each side, one per engine start:
     the ratios of geometric means over engine starts with their intervals: tok/s's under VERDICT_RULE
-    (stats.speedup_ci, the standard error from the model's `pooled` between-start spread; without one, Welch's
-    of the two cells, stats.ratio_ci), the others Welch's (stats.ratio_ci); the verdict at the fixed band
-    stats.BAND (`technical`: a side's repeats are passes on one engine, so no verdict), and the settings of both
-    sides."""
+    (stats.speedup_ci), the others Welch's (stats.ratio_ci), a ratio whose every start agrees on both sides
+    exact (no interval; `*_same_starts` says in how many starts); the verdict at the fixed band stats.BAND
+    (`technical`: a side's repeats are passes on one engine, so no verdict); the geometric means the speedup
+    divides (output_tok_s, baseline_output_tok_s), the per-request output tok/s of both sides with their ratio,
+    and the settings of both sides."""
 
     def ratio(metric: str) -> tuple[float | None, float | None, float | None]:
         point, lo, hi = stats.ratio_ci(mine[metric], theirs[metric])
+        if stats.same_on_every_start(mine[metric], theirs[metric]) or (lo is not None and lo == hi):
+            lo = hi = None  # the same on every start of both sides: exact (its *_same_starts), no interval
         if point is not None:  # the ratio of geometric means over engine starts: the centre of its interval
             return point, lo, hi
         a, b = c.get(f"{metric}_median"), base.get(f"{metric}_median")
         return (a / b if a is not None and b else None), lo, hi
 
-    sp, lo, hi = ratio("output_tok_s")
-    if pooled is not None:
-        sp, lo, hi = stats.speedup_ci(mine["output_tok_s"], theirs["output_tok_s"], pooled)
-        if sp is None:
-            sp = ratio("output_tok_s")[0]
+    sp, lo, hi = stats.speedup_ci(mine["output_tok_s"], theirs["output_tok_s"])
+    if sp is None:
+        sp = ratio("output_tok_s")[0]
     band = stats.BAND
     r_, r_lo, r_hi = ratio("step_time_ms")
     rd, rd_lo, rd_hi = ratio("decode_step_time_ms")
@@ -273,11 +314,25 @@ def compare_cells(
         "T": t,
         "T_lo": t_lo,
         "T_hi": t_hi,
+        "K_same_prompts": c.get("K_same_prompts"),
+        "R_same_starts": stats.same_on_every_start(mine["step_time_ms"], theirs["step_time_ms"]),
+        "R_decode_same_starts": stats.same_on_every_start(mine["decode_step_time_ms"], theirs["decode_step_time_ms"]),
+        "T_same_starts": stats.same_on_every_start(mine["tokens_per_step"], theirs["tokens_per_step"]),
         "prompts": c["prompts"],
         "prompts_match_baseline": c["prompts_match_baseline_min"],
     }
+    req, base_req = c.get("request_tok_s_median"), base.get("request_tok_s_median")
+    req10, base10 = c.get("request_tok_s_p10"), base.get("request_tok_s_p10")
+    out |= {
+        "request_tok_s_median": req,
+        "baseline_request_tok_s_median": base_req,
+        "request_tok_s_p10": req10,
+        "baseline_request_tok_s_p10": base10,
+        "request_speedup": req / base_req if req is not None and base_req else None,
+        "request_speedup_p10": req10 / base10 if req10 is not None and base10 else None,
+    }
     for name, col in (
-        ("output_tok_s", "output_tok_s_median"),
+        ("output_tok_s", "output_tok_s_gm"),  # the geometric means over engine starts the speedup divides
         ("tokens_per_step", "tokens_per_step_median"),
         ("gen_wall_s", "gen_wall_s_median"),
         ("gpu_util_mean", "gpu_util_mean_median"),
@@ -285,5 +340,5 @@ def compare_cells(
         ("model_runner", "model_runner"),
         ("cudagraph_mode_effective", "cudagraph_mode_effective"),
     ):
-        out[name], out[f"baseline_{name}"] = c[col], base[col]
+        out[name], out[f"baseline_{name}"] = c.get(col), base.get(col)
     return out

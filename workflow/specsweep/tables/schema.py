@@ -109,8 +109,12 @@ CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("repeats", I),
     ("error", S),
     *[(f"{m}_{suffix}", F) for m in STAT_METRICS for suffix in ("median", "lo", "hi", "cv")],
+    ("output_tok_s_gm", F),
+    ("request_tok_s_median", F),
+    ("request_tok_s_p10", F),
     ("prompts", I),
     ("K_prompts", I),
+    ("K_same_prompts", I),
     ("input_tokens_mean", F),
     ("output_tokens_mean", F),
     ("drafts", I),
@@ -156,8 +160,18 @@ SPEEDUP_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("T", F),
     ("T_lo", F),
     ("T_hi", F),
+    ("K_same_prompts", I),
+    ("R_same_starts", I),
+    ("R_decode_same_starts", I),
+    ("T_same_starts", I),
     ("output_tok_s", F),
     ("baseline_output_tok_s", F),
+    ("request_tok_s_median", F),
+    ("baseline_request_tok_s_median", F),
+    ("request_tok_s_p10", F),
+    ("baseline_request_tok_s_p10", F),
+    ("request_speedup", F),
+    ("request_speedup_p10", F),
     ("tokens_per_step", F),
     ("baseline_tokens_per_step", F),
     ("gen_wall_s", F),
@@ -396,8 +410,12 @@ class CellRow(TypedDict, total=False):
     prefill_share_lo: float | None
     prefill_share_hi: float | None
     prefill_share_cv: float | None
+    output_tok_s_gm: float | None
+    request_tok_s_median: float | None
+    request_tok_s_p10: float | None
     prompts: int | None
     K_prompts: int | None
+    K_same_prompts: int | None
     input_tokens_mean: float | None
     output_tokens_mean: float | None
     drafts: int | None
@@ -459,8 +477,18 @@ class SpeedupRow(TypedDict, total=False):
     T: float | None
     T_lo: float | None
     T_hi: float | None
+    K_same_prompts: int | None
+    R_same_starts: int | None
+    R_decode_same_starts: int | None
+    T_same_starts: int | None
     output_tok_s: float | None
     baseline_output_tok_s: float | None
+    request_tok_s_median: float | None
+    baseline_request_tok_s_median: float | None
+    request_tok_s_p10: float | None
+    baseline_request_tok_s_p10: float | None
+    request_speedup: float | None
+    request_speedup_p10: float | None
     tokens_per_step: float | None
     baseline_tokens_per_step: float | None
     gen_wall_s: float | None
