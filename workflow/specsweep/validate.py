@@ -552,7 +552,7 @@ def heldout_markdown(run: str, rows: list[dict[str, Any]]) -> str:
     out += [
         "Each speedup of this run predicted as T / R, with R (the ladder step's step-time ratio) measured in "
         "another run on another engine boot, never in this run's cells. `same`: R of the same workload, step "
-        "and concurrency there; `pooled`: the advisor's default, R's median over that run's workloads of the "
+        "and concurrency there; `pooled`: R's median over that run's workloads of the "
         "step at that concurrency (interval the lowest to the highest bound); `default`: the advisor's default "
         "(advise.DEFAULT_R), `same` where the other run measured this workload there, else `pooled`. T is this "
         "run's own (replayed "
