@@ -20,6 +20,7 @@
     specsweep advise     --replay replay.json --tables results/r/tables --model M --out advice.md
     specsweep validate   --run r                                          # replay + advisor against the measured cells
     specsweep validate   --run r --heldout-from o [--all-at 256]          # the advisor with R from another run (boot)
+    specsweep validate   --run r --cross-model [--heldout-from o]          # the advisor with another model's R
 """
 
 from __future__ import annotations
@@ -644,6 +645,12 @@ def cmd_validate(args: ValidateArgs) -> int:
 
     cells_dir = paths.cells_dir(args.run, args.results)
     tables = Path(args.tables) if args.tables else paths.tables_dir(args.run, args.results)
+    if args.cross_model:
+        out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation-crossmodel"
+        sources = [tables] + [paths.tables_dir(src, args.results) for src in args.heldout_from or []]
+        rows = validate.crossmodel(tables, sources, out, args.all_at, cells_dir if cells_dir.is_dir() else None)
+        print(f"{len(rows)} speedups predicted with another model's R: {out}/validate-crossmodel.md")
+        return 0
     if args.heldout_from:
         out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation-heldout"
         sources = [paths.tables_dir(src, args.results) for src in args.heldout_from]
@@ -842,7 +849,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--replay", action="append", required=True, help="a replay report (one per drafter)")
     sp.add_argument("--tables", required=True, help="a run's tables folder (its speedup table gives R)")
     sp.add_argument("--model", required=True, help="the model shape whose step times apply")
-    sp.add_argument("--workload", help="use R of this workload only (default: the spread over all)")
+    sp.add_argument(
+        "--workload",
+        help="the traffic's workload: R of it at each measured point (advise.DEFAULT_R; where the run did not measure "
+        "it there, and without --workload, R pooled over the run's workloads, said in the report)",
+    )
     sp.add_argument(
         "--step",
         action="append",
@@ -874,7 +885,16 @@ def parser() -> argparse.ArgumentParser:
         metavar="B",
         help="held out: the point `all prompts at once` of either run stands for concurrency B (its max_num_seqs)",
     )
-    sp.add_argument("--out", help="where the tables go (default results/RUN/validation, or validation-heldout)")
+    sp.add_argument(
+        "--cross-model",
+        action="store_true",
+        help="across models: predict RUN's speedups with R of its other models at the same workload, step and b "
+        "(and of each --heldout-from run's models); the tables go to results/RUN/validation-crossmodel",
+    )
+    sp.add_argument(
+        "--out",
+        help="where the tables go (default results/RUN/validation, validation-heldout or validation-crossmodel)",
+    )
     sp.set_defaults(func=cmd_validate)
     return p
 

@@ -244,6 +244,7 @@ class ValidateArgs(Args):
     configs: str | None
     heldout_from: list[str] | None
     all_at: int | None
+    cross_model: bool
     out: str | None
 
 

@@ -395,6 +395,12 @@ HELDOUT_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("predicted_pooled_hi", pa.float64()),
     ("error_pooled", pa.float64()),
     ("covers_pooled", pa.bool_()),
+    ("default_from", pa.string()),
+    ("predicted_default", pa.float64()),
+    ("predicted_default_lo", pa.float64()),
+    ("predicted_default_hi", pa.float64()),
+    ("error_default", pa.float64()),
+    ("covers_default", pa.bool_()),
 ]
 
 
@@ -497,8 +503,20 @@ def heldout_rows(
                     f"error_{name}": pred / speed - 1,
                     f"covers_{name}": None if lo is None or hi is None else lo <= speed <= hi,
                 }
-            rows.append(row)
+            rows.append(row | _default(row))
     return rows
+
+
+def _default(row: dict[str, Any]) -> dict[str, Any]:
+    """The advisor's default prediction (advise.DEFAULT_R): R of the same workload where the source measured it
+    at this step and b, else R pooled over the source's workloads (the stated fallback)."""
+    name = "same" if row.get("R_same") is not None else "pooled"
+    if row.get(f"R_{name}") is None:
+        return {}
+    return {"default_from": name} | {
+        f"{k}_default{tail}": row.get(f"{k}_{name}{tail}")
+        for k, tail in (("predicted", ""), ("predicted", "_lo"), ("predicted", "_hi"), ("error", ""), ("covers", ""))
+    }
 
 
 def _heldout_t(r: dict[str, Any], cells_dir: Path | None, tmp: Path) -> tuple[float, float | None, float | None, str]:
@@ -536,8 +554,10 @@ def heldout_markdown(run: str, rows: list[dict[str, Any]]) -> str:
     out += [
         "Each speedup of this run predicted as T / R, with R (the ladder step's step-time ratio) measured in "
         "another run on another engine boot, never in this run's cells. `same`: R of the same workload, step "
-        "and concurrency there; `pooled`: the advisor's default, R's median over that run's workloads of the "
-        "step at that concurrency (interval the lowest to the highest bound). T is this run's own (replayed "
+        "and concurrency there; `pooled`: R's median over that run's workloads of the "
+        "step at that concurrency (interval the lowest to the highest bound); `default`: the advisor's default "
+        "(advise.DEFAULT_R), `same` where the other run measured this workload there, else `pooled`. T is this "
+        "run's own (replayed "
         "from the cell's token ids, else measured). Goal: within "
         f"±{100 * ADVISE_GOAL:.0f} % of the measured speedup; an interval covers when the measured speedup "
         "lies inside it.",
@@ -548,12 +568,13 @@ def heldout_markdown(run: str, rows: list[dict[str, Any]]) -> str:
         out += [
             f"- R from `{src}`, same workload: {_share(g, 'same')}",
             f"- R from `{src}`, pooled over its workloads: {_share(g, 'pooled')}",
+            f"- R from `{src}`, the advisor's default (same workload, else pooled): {_share(g, 'default')}",
         ]
     out += [
         "",
         "| workload | step | b | measured [95 % CI] | T (from) | R from | R same | predicted same [95 % CI] | error "
-        "| R pooled | predicted pooled [95 % CI] | error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| R pooled | predicted pooled [95 % CI] | error | default |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def ci(r: dict[str, Any], k: str) -> str:
@@ -566,7 +587,7 @@ def heldout_markdown(run: str, rows: list[dict[str, Any]]) -> str:
             f"| {r['workload']} | {r['config']} | {r['concurrency'] or 'all'} | {ci(r, 'speedup_measured')} | "
             f"{_n(r['T'])} ({r['T_from']}) | {src} | {_n(r.get('R_same'))} | {ci(r, 'predicted_same')} | "
             f"{_pct(r.get('error_same'))} | {_n(r.get('R_pooled'))} | {ci(r, 'predicted_pooled')} | "
-            f"{_pct(r.get('error_pooled'))} |"
+            f"{_pct(r.get('error_pooled'))} | {r.get('default_from') or '–'} |"
         )
     out.append("")
     return "\n".join(out)
@@ -604,6 +625,182 @@ def heldout(
             "validate-heldout.md": heldout_markdown(run, rows).encode(),
         },
         "validation-heldout",
+        run,
+    )
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ across models
+
+CROSSMODEL_COLUMNS: list[tuple[str, pa.DataType]] = [
+    *SPEEDUP_COLUMNS,
+    ("model_params_b", pa.float64()),
+    ("T", pa.float64()),
+    ("T_lo", pa.float64()),
+    ("T_hi", pa.float64()),
+    ("T_from", pa.string()),
+    ("source_run", pa.string()),
+    ("source_model", pa.string()),
+    ("source_params_b", pa.float64()),
+    ("R", pa.float64()),
+    ("R_lo", pa.float64()),
+    ("R_hi", pa.float64()),
+    ("R_target", pa.float64()),
+    ("predicted", pa.float64()),
+    ("predicted_lo", pa.float64()),
+    ("predicted_hi", pa.float64()),
+    ("error", pa.float64()),
+    ("within_goal", pa.bool_()),
+    ("covers", pa.bool_()),
+]
+
+
+def crossmodel_rows(
+    target_tables: Path, source_tables: Path, all_at: int | None = None, target_cells: Path | None = None
+) -> list[dict[str, Any]]:
+    """Each speedup of the target run predicted as T / R with R of ANOTHER model (every other model of the source
+    run), measured at the same workload, ladder step and concurrency: the advisor fitted on one model, used on
+    another. T is the target cell's own (replayed where `target_cells` stores token ids, else measured), R
+    the source model's with its interval; R_target is the target model's own R (what the prediction needed)."""
+    from .tables import read_parquet
+
+    for folder in (target_tables, source_tables):
+        if not (Path(folder) / "speedup.parquet").is_file():
+            raise SpecsweepError(f"validate: {folder} holds no speedup.parquet (run `specsweep tables` first)")
+    target = [r for r in read_parquet(Path(target_tables), "speedup.parquet").to_pylist() if _f(r.get("speedup"))]
+    source = [r for r in read_parquet(Path(source_tables), "speedup.parquet").to_pylist() if _f(r.get("R"))]
+    source_run = Path(source_tables).resolve().parent.name
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="specsweep-crossmodel-") as tmp:
+        for r in target:
+            if _f(r.get("T")) is None:
+                continue
+            workload, b = r["workload"].split("@")[0], _load(r.get("concurrency"), all_at)
+            here = [
+                s
+                for s in source
+                if s["model"] != r["model"]
+                and s["config"] == r["config"]
+                and s["workload"].split("@")[0] == workload
+                and _load(s.get("concurrency"), all_at) == b
+            ]
+            if not here:
+                continue
+            t, t_lo, t_hi, t_from = _heldout_t(r, target_cells, Path(tmp))
+            speed = float(r["speedup"])
+            for s in sorted(here, key=lambda s: (s.get("model_params_b") or 0, s["model"])):
+                r_, r_lo, r_hi = float(s["R"]), _f(s.get("R_lo")), _f(s.get("R_hi"))
+                lo = None if r_hi is None or t_lo is None else t_lo / r_hi
+                hi = None if r_lo is None or t_hi is None else t_hi / r_lo
+                rows.append(
+                    {
+                        "model": r["model"],
+                        "workload": workload,
+                        "config": r["config"],
+                        "method": r["method"],
+                        "concurrency": r.get("concurrency"),
+                        "n_starts": r.get("n_starts"),
+                        "speedup_measured": speed,
+                        "speedup_measured_lo": _f(r.get("speedup_lo")),
+                        "speedup_measured_hi": _f(r.get("speedup_hi")),
+                        "model_params_b": _f(r.get("model_params_b")),
+                        "T": t,
+                        "T_lo": t_lo,
+                        "T_hi": t_hi,
+                        "T_from": t_from,
+                        "source_run": source_run,
+                        "source_model": s["model"],
+                        "source_params_b": _f(s.get("model_params_b")),
+                        "R": r_,
+                        "R_lo": r_lo,
+                        "R_hi": r_hi,
+                        "R_target": _f(r.get("R")),
+                        "predicted": t / r_,
+                        "predicted_lo": lo,
+                        "predicted_hi": hi,
+                        "error": t / r_ / speed - 1,
+                        "within_goal": abs(t / r_ / speed - 1) <= ADVISE_GOAL,
+                        "covers": None if lo is None or hi is None else lo <= speed <= hi,
+                    }
+                )
+    return rows
+
+
+def crossmodel_summary(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per (source run, source model -> target model): the share within the goal, |error| median and
+    largest, the intervals' coverage."""
+    out = []
+    pairs = sorted({(r["source_run"], r["source_model"], r["model"]) for r in rows})
+    for src, sm, tm in pairs:
+        g = [
+            r | {"error_x": r["error"], "covers_x": r["covers"]}
+            for r in rows
+            if (r["source_run"], r["source_model"], r["model"]) == (src, sm, tm)
+        ]
+        out.append(f"- R of `{sm}` (`{src}`) for `{tm}`: {_share(g, 'x')}")
+    return out
+
+
+def crossmodel_markdown(run: str, rows: list[dict[str, Any]]) -> str:
+    out = [f"# The advisor across models: run `{run}` predicted with another model's R", ""]
+    out += [
+        "Each speedup of this run predicted as T / R, with R (the ladder step's step-time ratio) of another model "
+        "measured at the same workload, step and concurrency: the advisor fitted on one model's cells and used on "
+        "another's. T is the predicted model's own (replayed from the cell's token ids, else measured); `R own` "
+        "is its own R, the one the prediction needed. Goal: within "
+        f"±{100 * ADVISE_GOAL:.0f} % of the measured speedup; an interval covers when the measured speedup lies "
+        "inside it. Where a model's R does not carry to another family or size, that is a finding: measure R on "
+        "the model that serves.",
+        "",
+        *crossmodel_summary(rows),
+        "",
+        "| model | workload | step | b | measured [95 % CI] | T (from) | R from | R | R own | predicted [95 % CI] "
+        "| error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def ci(r: dict[str, Any], k: str) -> str:
+        lo, hi = r.get(f"{k}_lo"), r.get(f"{k}_hi")
+        return _n(r.get(k)) + ("" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
+
+    for r in rows:
+        out.append(
+            f"| {r['model']} | {r['workload']} | {r['config']} | {r['concurrency'] or 'all'} | "
+            f"{ci(r, 'speedup_measured')} | {_n(r['T'])} ({r['T_from']}) | {r['source_model']} ({r['source_run']}) "
+            f"| {ci(r, 'R')} | {_n(r.get('R_target'))} | {ci(r, 'predicted')} | {_pct(r['error'])} |"
+        )
+    out.append("")
+    return "\n".join(out)
+
+
+def crossmodel(
+    target_tables: Path,
+    sources: list[Path],
+    out: Path,
+    all_at: int | None = None,
+    target_cells: Path | None = None,
+) -> list[dict[str, Any]]:
+    """The cross-model tables of one run, R from the other models of each source run (the run itself
+    included), written as a set into out."""
+    from .tables import _parquet_bytes, _table, write_set
+
+    rows: list[dict[str, Any]] = []
+    for src in sources:
+        rows += crossmodel_rows(Path(target_tables), Path(src), all_at, target_cells)
+    if not rows:
+        raise SpecsweepError(
+            f"validate --cross-model: no speedup of {target_tables} has another model measured at its workload, "
+            f"step and concurrency in {', '.join(map(str, sources))}"
+        )
+    run = Path(target_tables).resolve().parent.name
+    meta = {"specsweep": "validate-crossmodel", "run": run}
+    write_set(
+        Path(out),
+        {
+            "validate-crossmodel.parquet": _parquet_bytes(_table(rows, CROSSMODEL_COLUMNS, meta)),
+            "validate-crossmodel.md": crossmodel_markdown(run, rows).encode(),
+        },
+        "validation-crossmodel",
         run,
     )
     return rows
