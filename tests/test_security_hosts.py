@@ -232,6 +232,9 @@ def test_config_env_refuses_an_allowed_family_member_that_loads_code(smoke_cfg):
         # another vLLM switch, not among those a cell's record accounts for
         ("VLLM_USE_MODELSCOPE", "it is none of the switches whose effect a cell records"),
         ("VLLM_TEST_FORCE_LOAD_FORMAT", "it is none of the switches whose effect a cell records"),
+        # NCCL's family is allowed by name too: NCCL_NET picks a network plugin, code the cell does not record
+        ("NCCL_NET", "it is none of the switches whose effect a cell records"),
+        ("TORCH_NCCL_DUMP_ON_TIMEOUT", "it is none of the switches whose effect a cell records"),
     ],
 )
 @pytest.mark.parametrize("where", ["env", "ladder.vanilla.env"])
