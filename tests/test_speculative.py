@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from unittest import mock
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,6 +16,8 @@ from specsweep import cli, preflight_checks
 from specsweep.config import build_study
 from specsweep.engine import Engine
 from specsweep.errors import SpecsweepError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 vllm = pytest.importorskip("vllm")
 
@@ -129,3 +132,23 @@ def test_a_draft_model_is_a_models_entry_made_like_a_target(smoke_cfg, tmp_path,
         "config: ladder.draft.speculative.model: draft 'draft-dummy' has dummy weights, model "
         "'smollm2-135m-instruct' real ones (vLLM loads the target and its draft one way)"
     )
+
+
+def test_an_unknown_method_stops_specsweep_cells_and_the_snakefile(smoke_cfg, tmp_path, capsys, monkeypatch):
+    """Where a config is loaded for a run (`specsweep cells`; the Snakefile's first step calls the same
+    check_ladder_for_run, so `snakemake -n` too), a method the installed vLLM lacks is one line, and nothing is
+    written; an accepted block leaves its marker, so the next load does not import vLLM again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cfg = set_key(smoke_cfg, "ladder.ngram.speculative", {"method": "medusa2", "num_speculative_tokens": 3})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert cli.main(["cells", "--config", str(path)]) != 0
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1
+    assert f"config {path}: ladder.ngram.speculative.method: 'medusa2' is not a speculative method" in out.err
+    assert not (tmp_path / "cache").exists()
+    path.write_text(yaml.safe_dump(smoke_cfg))
+    assert cli.main(["cells", "--config", str(path)]) == 0
+    assert len(list((tmp_path / "cache" / "specsweep" / "ladder-checks").iterdir())) >= 1
+    smk = (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    assert "check_ladder_for_run(STUDY)" in smk

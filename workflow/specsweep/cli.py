@@ -132,7 +132,10 @@ def _study(args: StudyArgs):
 
 @takes(CellsArgs)
 def cmd_cells(args: CellsArgs) -> int:
+    from . import preflight_checks
+
     study = _study(args)
+    preflight_checks.check_ladder_for_run(study, f"config {args.config}")
     order = study.schedule()
     for cell, r in order:
         print(paths.measurement(args.results, paths.Key(study.run, cell.model, cell.workload, cell.step, r)))

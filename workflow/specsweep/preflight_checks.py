@@ -318,3 +318,43 @@ def check_ladder(study: Any, source: str = "config") -> dict[str, str]:
         for name, step in study.ladder.items()
         if step.speculative
     }
+
+
+def _ladder_marker(spec: Mapping[str, Any], version: str) -> Path:
+    import hashlib
+    import os
+
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsweep" / "ladder-checks"
+    blob = json.dumps({"vllm": version, "spec": spec}, sort_keys=True, default=str).encode()
+    return root / hashlib.sha256(blob).hexdigest()
+
+
+def check_ladder_for_run(study: Any, source: str = "config") -> None:
+    """check_ladder where a config is loaded for a run (`specsweep cells`, the Snakefile's first step, so
+    `snakemake -n` too): an unknown method or key is one line before any job. Importing vLLM takes seconds, so a
+    block this installed vLLM (its package folder and config/speculative.py, found without importing it) has accepted before
+    is not asked again: each acceptance leaves a marker under ~/.cache/specsweep/ladder-checks (nothing is
+    written for a refusal). Where vLLM is not installed the engine's own check stays (Engine.start)."""
+    import importlib.util
+
+    found = importlib.util.find_spec("vllm")
+    if found is None or not found.origin:
+        return
+    # which vLLM: its package folder and the file that defines SpeculativeConfig (size and mtime), no import
+    source_file = Path(found.origin).parent / "config" / "speculative.py"
+    st = source_file.stat() if source_file.is_file() else None
+    version = f"{found.origin}:{st.st_size if st else 0}:{st.st_mtime_ns if st else 0}"
+    todo = {
+        name: step.speculative
+        for name, step in study.ladder.items()
+        if step.speculative and not _ladder_marker(step.speculative, version).is_file()
+    }
+    for name, spec in todo.items():
+        if check_speculative(spec, f"{source}: ladder.{name}.speculative") == "no vLLM":
+            return
+        marker = _ladder_marker(spec, version)
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:  # a read-only home: the check is only asked again next time
+            pass
