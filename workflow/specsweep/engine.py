@@ -272,7 +272,6 @@ class EngineBase:
         self.draft_record: dict[str, Any] | None = None  # the drafter's `models` entry, recorded as the target's
         self.memory_after_start: dict[str, Any] | None = None
 
-
     def record_models(self) -> None:
         """Which weights exactly, of the target and of the drafter's `models` entry: revision and a hash of the
         file manifest (fetch.model_record), before the engine starts."""

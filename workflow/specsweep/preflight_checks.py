@@ -113,18 +113,22 @@ ENV_VLLM = frozenset(
         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
     }
 )
-ENV_NAMES = ENV_VLLM | ENV_NCCL | frozenset(
-    {
-        "ARCTIC_INFERENCE_ENABLED",
-        "PYTORCH_CUDA_ALLOC_CONF",
-        "PYTORCH_ALLOC_CONF",
-        "CUDA_DEVICE_ORDER",
-        "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS",
-        "TOKENIZERS_PARALLELISM",
-        "HF_HUB_OFFLINE",
-        "TRANSFORMERS_OFFLINE",
-    }
+ENV_NAMES = (
+    ENV_VLLM
+    | ENV_NCCL
+    | frozenset(
+        {
+            "ARCTIC_INFERENCE_ENABLED",
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "PYTORCH_ALLOC_CONF",
+            "CUDA_DEVICE_ORDER",
+            "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS",
+            "TOKENIZERS_PARALLELISM",
+            "HF_HUB_OFFLINE",
+            "TRANSFORMERS_OFFLINE",
+        }
+    )
 )
 #: The families whose members are allowed by name only: another member is refused naming why.
 ENV_NAMED_FAMILIES = ("VLLM_", "PYTORCH_", "ARCTIC_INFERENCE_", *ENV_PREFIXES)
