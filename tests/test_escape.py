@@ -8,13 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from xml.etree import ElementTree
 import shutil
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from conftest import ROOT
 from specsweep import advise, cli, status

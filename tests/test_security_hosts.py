@@ -263,7 +263,7 @@ def test_config_env_accepts_the_switches_a_cell_records(smoke_cfg):
 
 
 def test_config_readme_lists_every_allowed_env_name():
-    from specsweep.preflight_checks import ENV_NAMES, ENV_PREFIXES
+    from specsweep.preflight_checks import ENV_NAMES
 
     text = (ROOT / "config" / "README.md").read_text()
     section = text[text.index("### What `env` may set") : text.index("### The engine hosts' environment")]

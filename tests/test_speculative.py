@@ -5,8 +5,8 @@ naming the method and the version, whatever the method; every method it has is a
 from __future__ import annotations
 
 import os
-from unittest import mock
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml

@@ -39,9 +39,9 @@ RESERVED_ENV = {
 #: the first one's manifest hash; VLLM_CACHE_ROOT, VLLM_CONFIG_ROOT and VLLM_TUNED_CONFIG_FOLDER choose the
 #: compiled code and tuned kernels it loads). NCCL's and PyTorch's NCCL switches are allowed by name too (ENV_NCCL:
 #: switches and numbers of the collectives of multi-GPU engines); their others are refused, NCCL_NET among them (it
-#: picks a network plugin by name, code the cell does not record). CUDA_DEVICE_ORDER orders the GPUs the slots hand out; OMP_NUM_THREADS and MKL_NUM_THREADS size the
-#: CPU engine's thread pools; TOKENIZERS_PARALLELISM, HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE keep the tokenizer
-#: quiet and the Hub unasked (the models are fetched first). config/README.md lists them all.
+#: picks a network plugin by name, code the cell does not record). CUDA_DEVICE_ORDER orders the GPUs the slots
+#: hand out; OMP_NUM_THREADS and MKL_NUM_THREADS size the CPU engine's thread pools; TOKENIZERS_PARALLELISM,
+#: HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE keep the tokenizer quiet and the Hub unasked (the models are fetched first). config/README.md lists them all.
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 #: The NCCL switches whose whole effect follows from their value (a switch, a level or a number): which transports
 #: and algorithms the collectives use, their channels and buffers, logging, and PyTorch's error handling and timeouts.
@@ -336,9 +336,9 @@ def _ladder_marker(spec: Mapping[str, Any], version: str) -> Path:
 def check_ladder_for_run(study: Any, source: str = "config") -> None:
     """check_ladder where a config is loaded for a run (`specsweep cells`, the Snakefile's first step, so
     `snakemake -n` too): an unknown method or key is one line before any job. Importing vLLM takes seconds, so a
-    block this installed vLLM (its package folder and config/speculative.py, found without importing it) has accepted before
-    is not asked again: each acceptance leaves a marker under ~/.cache/specsweep/ladder-checks (nothing is
-    written for a refusal). Where vLLM is not installed the engine's own check stays (Engine.start)."""
+    block this installed vLLM (its package folder and config/speculative.py, found without importing it) has
+    accepted before is not asked again: each acceptance leaves a marker under ~/.cache/specsweep/ladder-checks
+    (nothing is written for a refusal). Where vLLM is not installed the engine's own check stays (Engine.start)."""
     import importlib.util
 
     found = importlib.util.find_spec("vllm")
