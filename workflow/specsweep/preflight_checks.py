@@ -41,7 +41,8 @@ RESERVED_ENV = {
 #: switches and numbers of the collectives of multi-GPU engines); their others are refused, NCCL_NET among them (it
 #: picks a network plugin by name, code the cell does not record). CUDA_DEVICE_ORDER orders the GPUs the slots
 #: hand out; OMP_NUM_THREADS and MKL_NUM_THREADS size the CPU engine's thread pools; TOKENIZERS_PARALLELISM,
-#: HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE keep the tokenizer quiet and the Hub unasked (the models are fetched first). config/README.md lists them all.
+#: HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE keep the tokenizer quiet and the Hub unasked (the models are fetched
+#: first). config/README.md lists them all.
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 #: The NCCL switches whose whole effect follows from their value (a switch, a level or a number): which transports
 #: and algorithms the collectives use, their channels and buffers, logging, and PyTorch's error handling and timeouts.
