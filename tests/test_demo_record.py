@@ -43,7 +43,7 @@ def _demo_tables(tmp_path, device="cpu", run="smoke"):
         (
             "newline",
             ["--host", "2-core\nforged,row"],
-            "--host '2-core\\\\nforged,row': empty, or holds a comma or a control character",
+            "--host '2-core\\nforged,row': empty, or holds a comma or a control character",
         ),  # fmt: skip
         ("comma", ["--commit", "abc,def"], "--commit 'abc,def': empty, or holds a comma or a control character"),
     ],

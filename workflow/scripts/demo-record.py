@@ -104,7 +104,7 @@ def check_fields(args: argparse.Namespace) -> None:
     for name in ("demo", "commit", "host", "date"):
         value = getattr(args, name)
         if not value or "," in value or not value.isprintable():
-            raise SpecsweepError(f"--{name} {term_text(value)!r}: empty, or holds a comma or a control character")
+            raise SpecsweepError(f"--{name} '{term_text(value)}': empty, or holds a comma or a control character")
 
 
 def main(argv: list[str] | None = None) -> int:
