@@ -54,9 +54,8 @@ def _preflight_only() -> bool:
 
 try:
     STUDY = build_study(copy.deepcopy(config))
-    check_ladder_for_run(
-        STUDY
-    )  # vLLM's own check of each speculative block, before the DAG
+    # vLLM's own check of each speculative block, before the DAG
+    check_ladder_for_run(STUDY)
     if not _preflight_only():
         check_gpu_budget(STUDY, _granted_gpus())
     check_snakemake_run()  # under the SLURM executor: a partition for the GPU jobs
