@@ -10,15 +10,15 @@ import json
 import re
 import shutil
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from conftest import ROOT
 from specsweep import advise, cli, status
 from specsweep.config import load_study
-from specsweep.escape import md_cell, md_code, md_text, term_text
+from specsweep.escape import figure_text, md_cell, md_code, md_text, term_text
 
 #: One name with a bit of every format's markup: mathtext that fails to parse, an ANSI "clear screen" and a
 #: colour, a line break that would forge a line, a Markdown table cell's end, a code span, an HTML tag, a
@@ -73,13 +73,29 @@ def test_figures_draw_a_hostile_workload_name_as_text(tmp_path):
     from specsweep.view import left_out_by_config
 
     study = load_study(ROOT / "results" / "h200-suffix-depth" / "config.yaml")
-    tables = _hostile_tables(tmp_path, study.run, "chat", HOSTILE)
-    with pytest.warns(UserWarning, match="Glyph 27"):  # the ESC character has no glyph: drawn as a box
-        manifest = render_all(
-            tables, tmp_path / "figs", study.raw["headline_model"], study.run, left_out=left_out_by_config(study)
-        )
+    tables = _hostile_tables(tmp_path, study.run, "chat", HOSTILE + " \x07bell")
+    manifest = render_all(
+        tables, tmp_path / "figs", study.raw["headline_model"], study.run, left_out=left_out_by_config(study)
+    )
     committed = json.loads((ROOT / "figures" / study.run / "manifest.json").read_text())
     assert sorted(manifest["figures"]) == sorted(committed["figures"])
+    svgs = sorted((tmp_path / "figs").glob("*.svg"))
+    assert svgs
+    for svg in svgs:  # ESC and BEL were drawn as \x1b and \x07: every SVG is well-formed XML
+        ElementTree.parse(svg)
+        assert "\x1b" not in svg.read_text() and "\x07" not in svg.read_text()
+
+
+def test_every_committed_svg_is_well_formed_xml():
+    svgs = sorted((ROOT / "figures").rglob("*.svg"))
+    assert len(svgs) >= 10
+    for svg in svgs:
+        ElementTree.parse(svg)
+
+
+def test_figure_text_keeps_line_breaks_and_escapes_the_rest():
+    assert figure_text("run\nH200 \x1b[31m\x07") == "run\nH200 \\x1b[31m\\x07"
+    assert figure_text("h200-suffix-depth") == "h200-suffix-depth"
 
 
 def test_advise_markdown_and_figure_keep_a_hostile_model_name_inert(tmp_path):

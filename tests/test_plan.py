@@ -223,3 +223,20 @@ def test_gpu_profile_sets_the_pass_minimum_for_cells_at_b_only():
     at_b = build_study(raw)
     (cell, *_) = [c for c in at_b.cells if c.concurrency == 8]
     assert at_b.cell_settings(cell)["workload"]["min_pass_seconds"] == GPU_MIN_PASS_SECONDS
+
+
+def test_plan_says_it_could_not_check_tables_without_their_manifest(tmp_path):
+    """plan reads a run's tables through the same check as figures: a set whose MANIFEST.json is gone is planned
+    from with the same 'could not check' line (a changed file under a manifest is refused, read_parquet)."""
+    import shutil
+
+    tables = tmp_path / "tables"
+    shutil.copytree(RESULTS / "h200-concurrency-boot2" / "tables", tables)
+    (tables / "MANIFEST.json").unlink()
+    proc = _cli("--tables", str(tables))
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("specsweep: ")]
+    assert lines == [
+        f"specsweep: could not check: tables {tables}: no MANIFEST.json, so whether its files are the ones specsweep "
+        "wrote could not be checked (rebuild them: snakemake, or specsweep tables)"
+    ]

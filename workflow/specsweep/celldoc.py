@@ -43,6 +43,8 @@ def header(study: Study, cell: Cell, repeat: int, engine: EngineBase, use_chat: 
             "weights": spec.weights,
             "revision": (engine.model_record or {}).get("revision"),
             "manifest_sha256": (engine.model_record or {}).get("manifest_sha256"),
+            # the drafter's weights beside the target's (None: a drafter without a model of its own)
+            "draft": engine.draft_record,
         },
     }
 

@@ -134,7 +134,10 @@ def _study(args: StudyArgs):
 
 @takes(CellsArgs)
 def cmd_cells(args: CellsArgs) -> int:
+    from . import preflight_checks
+
     study = _study(args)
+    preflight_checks.check_ladder_for_run(study, f"config {args.config}")
     order = study.schedule()
     for cell, r in order:
         print(paths.measurement(args.results, paths.Key(study.run, cell.model, cell.workload, cell.step, r)))
@@ -501,12 +504,16 @@ def cmd_plan(args: PlanArgs) -> int:
     if not (tables / "measurements.parquet").is_file():
         what = "has no measurements.parquet" if tables.is_dir() else "no such folder"
         raise SpecsweepError(f"--tables {tables}: {what} (build them first: specsweep tables)")
+    from .tables import unchecked_tables
+
+    unchecked = unchecked_tables(tables)  # the same check as figures': a tables set without its manifest is said
     plans = plan.plan(tables, args.effect, args.power)
     if args.json:
         print(json.dumps(plan.as_json(plans, args.effect, args.power), indent=2, sort_keys=True))
     else:
         for line in plan.markdown(plans, tables, args.effect, args.power).splitlines():
             print(term_text(line))
+    _say_unchecked(unchecked)
     return 0
 
 
@@ -622,7 +629,9 @@ def _steps(pairs: list[str]) -> dict[str, str]:
 def cmd_advise(args: AdviseArgs) -> int:
     from . import advise
     from .jsonio import atomic_write_bytes
+    from .tables import unchecked_tables
 
+    unchecked = unchecked_tables(Path(args.tables))  # the same check as figures'
     adv = advise.advise(
         [Path(p) for p in args.replay],
         Path(args.tables),
@@ -636,6 +645,7 @@ def cmd_advise(args: AdviseArgs) -> int:
         advise.figure(adv, Path(args.figure))
     atomic_write_bytes(Path(args.out), text.encode())
     print("\n".join(adv["recommendation"]))
+    _say_unchecked(unchecked)
     return 0
 
 
@@ -654,6 +664,9 @@ def cmd_validate(args: ValidateArgs) -> int:
     if args.heldout_from:
         out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation-heldout"
         sources = [paths.tables_dir(src, args.results) for src in args.heldout_from]
+        from .tables import unchecked_tables
+
+        unchecked = [line for t in (tables, *sources) for line in unchecked_tables(t)]  # as figures check them
         rows = validate.heldout(
             tables,
             sources,
@@ -663,6 +676,7 @@ def cmd_validate(args: ValidateArgs) -> int:
             Path(args.configs) if args.configs else None,
         )
         print(f"{len(rows)} speedups predicted with R from {', '.join(args.heldout_from)}: {out}/validate-heldout.md")
+        _say_unchecked(unchecked)
         return 0
     out = Path(args.out) if args.out else paths.run_dir(args.run, args.results) / "validation"
     got = validate.validate(cells_dir, tables, out, Path(args.configs) if args.configs else None)

@@ -754,8 +754,27 @@ def _check_serve(study: Study, source: str) -> None:
 
 
 def _check_drafts(study: Study, source: str) -> None:
-    """A draft model entry loads as its targets do: vLLM takes one load format for both, so random-weight drafts
-    go with random-weight targets (shape runs) and real ones with real ones."""
+    """A drafter's weights are a `models` entry, referred to by name, and a pinned one: fetched at a revision
+    (its manifest hash recorded as a target's is), built, or random weights; a bare Hugging Face id or a folder
+    is refused (it would be loaded unpinned). A draft model entry loads as its targets do: vLLM takes one load
+    format for both, so random-weight drafts go with random-weight targets (shape runs) and real ones with real
+    ones."""
+    for name, step in study.ladder.items():
+        model = (step.speculative or {}).get("model")
+        if model is None:
+            continue
+        key = f"{source}: ladder.{name}.speculative.model"
+        entry = study.models.get(model) if isinstance(model, str) else None
+        if entry is None:
+            raise SpecsweepError(
+                f"{key}: {str(model)[:128]!r} is not a `models` entry: a drafter's weights are a models entry "
+                "(hf_id at a pinned revision, or a build: kind), named here"
+            )
+        if not (entry.revision or entry.build or entry.weights == "dummy"):
+            raise SpecsweepError(
+                f"{key}: models entry '{entry.name}' is not pinned: give it a Hugging Face hf_id with its revision, "
+                "or a build: kind (a local folder is loaded unpinned)"
+            )
     for cell in study.cells:
         draft = study.draft_model(cell.step)
         target = study.models[cell.model]

@@ -269,7 +269,28 @@ class EngineBase:
         self.gpu_slots: dict[str, object] = {}
         self.llm: Any = None  # the in-process engine (vllm.LLM); none for a server
         self.model_record: dict[str, Any] | None = None
+        self.draft_record: dict[str, Any] | None = None  # the drafter's `models` entry, recorded as the target's
         self.memory_after_start: dict[str, Any] | None = None
+
+    def record_models(self) -> None:
+        """Which weights exactly, of the target and of the drafter's `models` entry: revision and a hash of the
+        file manifest (fetch.model_record), before the engine starts."""
+        from .fetch import model_record
+
+        if Path(self.model).is_dir():
+            self.model_record = model_record(Path(self.model), expect_revision=self.spec.revision)
+        draft = self.study.draft_model(self.step)
+        if draft is not None:
+            folder = Path(model_folder(draft))
+            rec = model_record(folder, expect_revision=draft.revision) if folder.is_dir() else None
+            self.draft_record = {
+                "name": draft.name,
+                "source": str(folder),
+                "weights": draft.weights,
+                "build": draft.build,
+                "revision": (rec or {}).get("revision"),
+                "manifest_sha256": (rec or {}).get("manifest_sha256"),
+            }
 
 
 class Engine(EngineBase):
@@ -281,10 +302,7 @@ class Engine(EngineBase):
         if self.study.ladder[self.step].method == "suffix":
             # the suffix-cache reset runs a function on the workers (see reset_caches)
             os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
-        if Path(self.model).is_dir():  # which weights exactly: revision and a hash of the file manifest
-            from .fetch import model_record
-
-            self.model_record = model_record(Path(self.model), expect_revision=self.spec.revision)
+        self.record_models()
         self.gpu_slots = slots.claim_for_cell(self.spec.tp, self.study.device)
         t0 = time.perf_counter()
         from vllm import LLM  # imported late: the env above must be in place first

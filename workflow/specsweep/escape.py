@@ -9,6 +9,8 @@ with the helper for that format, so that it renders as itself and carries no con
 - Markdown: :func:`md_text` (inline text and table cells) and :func:`md_code` (a code span);
 - matplotlib: :data:`MPL_RC`, the rc settings every figure is drawn under (no mathtext: ``$...$`` in a label
   renders as the characters it is);
+- a figure's text (SVG, PNG metadata): :func:`figure_text` and :func:`inert_figure`, applied to every text of a
+  figure as it is saved (no control character reaches an SVG, which would then not be well-formed XML);
 - reST (the Snakemake report's captions): :func:`specsweep.captions.rst_text`.
 
 Every helper returns a name made of letters, digits, ``.``, ``-`` and ``_`` (the names a config admits)
@@ -73,3 +75,24 @@ def md_cell(markdown: str) -> str:
     :func:`md_text` where they were put in, or are the config's names."""
     text = " ".join(markdown.splitlines())
     return re.sub(r"(?<!\\)\|", r"\\|", text)
+
+
+def figure_text(value: object) -> str:
+    """``value`` as text drawn in a figure: as :func:`term_text`, but a line break stays one (the figures' own
+    titles wrap); every other character that is not printable (ESC, BEL, a bidi override) as its Python escape,
+    so that no control character reaches an SVG (XML 1.0 admits none) or PNG metadata."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "\n".join(term_text(line) for line in text.split("\n"))
+
+
+def inert_figure(fig: Any) -> None:
+    """Every text artist of a matplotlib figure (titles, labels, tick labels, legends, annotations) through
+    :func:`figure_text`, in place, before it is saved."""
+    from matplotlib.text import Text
+
+    for artist in fig.findobj(Text):
+        text = artist.get_text()
+        if not text.isprintable() and figure_text(text) != text:
+            artist.set_text(figure_text(text))

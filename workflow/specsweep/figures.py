@@ -37,7 +37,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
-from . import stats
+from . import escape, stats
 from .claims import R_BAND
 from .escape import MPL_RC
 from .labels import agg_renderer, dodge_1d, place_labels
@@ -364,7 +364,8 @@ def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
 
 
 def _save(fig: Figure, out_dir: Path, stem: str) -> None:
-    """Save PNG and SVG deterministically."""
+    """Save PNG and SVG deterministically, every text inert (escape.inert_figure)."""
+    escape.inert_figure(fig)
     _atomic_write(
         out_dir / f"{stem}.png", lambda fh: fig.savefig(fh, format="png", dpi=DPI, metadata={"Software": None})
     )

@@ -37,12 +37,43 @@ RESERVED_ENV = {
 #: allowed by name (ENV_NAMES): vLLM's others are refused, many of them name a folder, file or address whose
 #: content the cell does not record (VLLM_MODEL_REDIRECT_PATH loads another model folder while the cell records
 #: the first one's manifest hash; VLLM_CACHE_ROOT, VLLM_CONFIG_ROOT and VLLM_TUNED_CONFIG_FOLDER choose the
-#: compiled code and tuned kernels it loads). NCCL_* and TORCH_NCCL_* tune the collectives of multi-GPU engines
-#: (whole families: dozens of numeric knobs), less their members that name a file or folder (ENV_PATH) or a plugin
-#: (ENV_CODE). CUDA_DEVICE_ORDER orders the GPUs the slots hand out; OMP_NUM_THREADS and MKL_NUM_THREADS size the
-#: CPU engine's thread pools; TOKENIZERS_PARALLELISM, HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE keep the tokenizer
-#: quiet and the Hub unasked (the models are fetched first). config/README.md lists them all.
+#: compiled code and tuned kernels it loads). NCCL's and PyTorch's NCCL switches are allowed by name too (ENV_NCCL:
+#: switches and numbers of the collectives of multi-GPU engines); their others are refused, NCCL_NET among them (it
+#: picks a network plugin by name, code the cell does not record). CUDA_DEVICE_ORDER orders the GPUs the slots
+#: hand out; OMP_NUM_THREADS and MKL_NUM_THREADS size the CPU engine's thread pools; TOKENIZERS_PARALLELISM,
+#: HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE keep the tokenizer quiet and the Hub unasked (the models are fetched
+#: first). config/README.md lists them all.
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+#: The NCCL switches whose whole effect follows from their value (a switch, a level or a number): which transports
+#: and algorithms the collectives use, their channels and buffers, logging, and PyTorch's error handling and timeouts.
+ENV_NCCL = frozenset(
+    {
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_P2P_DISABLE",
+        "NCCL_P2P_LEVEL",
+        "NCCL_SHM_DISABLE",
+        "NCCL_IB_DISABLE",
+        "NCCL_CUMEM_ENABLE",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_ALGO",
+        "NCCL_PROTO",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_BUFFSIZE",
+        "NCCL_NTHREADS",
+        "NCCL_LAUNCH_MODE",
+        "NCCL_CROSS_NIC",
+        "NCCL_NET_GDR_LEVEL",
+        "NCCL_COLLNET_ENABLE",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "TORCH_NCCL_BLOCKING_WAIT",
+        "TORCH_NCCL_ENABLE_MONITORING",
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+        "TORCH_NCCL_AVOID_RECORD_STREAMS",
+        "TORCH_NCCL_USE_COMM_NONBLOCKING",
+    }
+)
 ENV_VLLM = frozenset(
     {
         # what runs: plugins (installed packages, "" for none), the model runner, engine processes, compilation
@@ -83,22 +114,26 @@ ENV_VLLM = frozenset(
         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
     }
 )
-ENV_NAMES = ENV_VLLM | frozenset(
-    {
-        "ARCTIC_INFERENCE_ENABLED",
-        "PYTORCH_CUDA_ALLOC_CONF",
-        "PYTORCH_ALLOC_CONF",
-        "CUDA_DEVICE_ORDER",
-        "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS",
-        "TOKENIZERS_PARALLELISM",
-        "HF_HUB_OFFLINE",
-        "TRANSFORMERS_OFFLINE",
-    }
+ENV_NAMES = (
+    ENV_VLLM
+    | ENV_NCCL
+    | frozenset(
+        {
+            "ARCTIC_INFERENCE_ENABLED",
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "PYTORCH_ALLOC_CONF",
+            "CUDA_DEVICE_ORDER",
+            "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS",
+            "TOKENIZERS_PARALLELISM",
+            "HF_HUB_OFFLINE",
+            "TRANSFORMERS_OFFLINE",
+        }
+    )
 )
 #: The families whose members are allowed by name only: another member is refused naming why.
-ENV_NAMED_FAMILIES = ("VLLM_", "PYTORCH_", "ARCTIC_INFERENCE_")
-ENV_ALLOWED = "the switches config/README.md lists, NCCL_* and TORCH_NCCL_*"
+ENV_NAMED_FAMILIES = ("VLLM_", "PYTORCH_", "ARCTIC_INFERENCE_", *ENV_PREFIXES)
+ENV_ALLOWED = "the switches config/README.md lists"
 #: Variables that name code to load: a shared library (VLLM_*_SO_PATH, VLLM_CUDA_COMPATIBILITY_PATH, NCCL's
 #: *_PLUGIN), a program (VLLM_RUST_FRONTEND_PATH) or a logging config, whose handlers may call any installed
 #: function (VLLM_LOGGING_CONFIG_PATH).
@@ -288,3 +323,43 @@ def check_ladder(study: Any, source: str = "config") -> dict[str, str]:
         for name, step in study.ladder.items()
         if step.speculative
     }
+
+
+def _ladder_marker(spec: Mapping[str, Any], version: str) -> Path:
+    import hashlib
+    import os
+
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specsweep" / "ladder-checks"
+    blob = json.dumps({"vllm": version, "spec": spec}, sort_keys=True, default=str).encode()
+    return root / hashlib.sha256(blob).hexdigest()
+
+
+def check_ladder_for_run(study: Any, source: str = "config") -> None:
+    """check_ladder where a config is loaded for a run (`specsweep cells`, the Snakefile's first step, so
+    `snakemake -n` too): an unknown method or key is one line before any job. Importing vLLM takes seconds, so a
+    block this installed vLLM (its package folder and config/speculative.py, found without importing it) has
+    accepted before is not asked again: each acceptance leaves a marker under ~/.cache/specsweep/ladder-checks
+    (nothing is written for a refusal). Where vLLM is not installed the engine's own check stays (Engine.start)."""
+    import importlib.util
+
+    found = importlib.util.find_spec("vllm")
+    if found is None or not found.origin:
+        return
+    # which vLLM: its package folder and the file that defines SpeculativeConfig (size and mtime), no import
+    source_file = Path(found.origin).parent / "config" / "speculative.py"
+    st = source_file.stat() if source_file.is_file() else None
+    version = f"{found.origin}:{st.st_size if st else 0}:{st.st_mtime_ns if st else 0}"
+    todo = {
+        name: step.speculative
+        for name, step in study.ladder.items()
+        if step.speculative and not _ladder_marker(step.speculative, version).is_file()
+    }
+    for name, spec in todo.items():
+        if check_speculative(spec, f"{source}: ladder.{name}.speculative") == "no vLLM":
+            return
+        marker = _ladder_marker(spec, version)
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:  # a read-only home: the check is only asked again next time
+            pass

@@ -149,10 +149,7 @@ class ServeEngine(EngineBase):
         timeout_s = enginehost.start_timeout_s() if timeout_s is None else timeout_s
         env = dict(os.environ) | dict(self.identity["env"])
         env["VLLM_SERVER_DEV_MODE"] = "1"  # its /reset_prefix_cache: a reused server looks fresh to each cell
-        if Path(self.model).is_dir():
-            from .fetch import model_record
-
-            self.model_record = model_record(Path(self.model), expect_revision=self.spec.revision)
+        self.record_models()
         self.gpu_slots = slots.claim_for_cell(self.spec.tp, self.study.device)
         for key in ("CUDA_VISIBLE_DEVICES",):
             if key in os.environ:
