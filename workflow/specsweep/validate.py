@@ -602,8 +602,6 @@ def heldout(
     config_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
     """The held-out tables of one run, R from each source run's tables, written as a set into out."""
-    from .tables import _parquet_bytes, _table, write_set
-
     if not sources:
         raise SpecsweepError("validate --heldout-from: name at least one other run")
     rows: list[dict[str, Any]] = []
@@ -617,17 +615,23 @@ def heldout(
             f"{', '.join(map(str, sources))} (same model or shape; --all-at B matches `all prompts at once` to b B)"
         )
     run = Path(target_tables).resolve().parent.name
-    meta = {"specsweep": "validate-heldout", "run": run}
-    write_set(
-        Path(out),
-        {
-            "validate-heldout.parquet": _parquet_bytes(_table(rows, HELDOUT_COLUMNS, meta)),
-            "validate-heldout.md": heldout_markdown(run, rows).encode(),
-        },
-        "validation-heldout",
-        run,
-    )
+    _write_validation(Path(out), "heldout", run, rows, HELDOUT_COLUMNS, heldout_markdown(run, rows))
     return rows
+
+
+def _write_validation(
+    out: Path, kind: str, run: str, rows: list[dict[str, Any]], columns: list[tuple[str, pa.DataType]], md: str
+) -> None:
+    """One validation set of a run (kind heldout or crossmodel): validate-KIND.parquet and .md, written as a
+    set into out (validation-KIND)."""
+    from .tables import _parquet_bytes, _table, write_set
+
+    meta = {"specsweep": f"validate-{kind}", "run": run}
+    files = {
+        f"validate-{kind}.parquet": _parquet_bytes(_table(rows, columns, meta)),
+        f"validate-{kind}.md": md.encode(),
+    }
+    write_set(out, files, f"validation-{kind}", run)
 
 
 # ------------------------------------------------------------------------------------------ across models
@@ -782,8 +786,6 @@ def crossmodel(
 ) -> list[dict[str, Any]]:
     """The cross-model tables of one run, R from the other models of each source run (the run itself
     included), written as a set into out."""
-    from .tables import _parquet_bytes, _table, write_set
-
     rows: list[dict[str, Any]] = []
     for src in sources:
         rows += crossmodel_rows(Path(target_tables), Path(src), all_at, target_cells)
@@ -793,16 +795,7 @@ def crossmodel(
             f"step and concurrency in {', '.join(map(str, sources))}"
         )
     run = Path(target_tables).resolve().parent.name
-    meta = {"specsweep": "validate-crossmodel", "run": run}
-    write_set(
-        Path(out),
-        {
-            "validate-crossmodel.parquet": _parquet_bytes(_table(rows, CROSSMODEL_COLUMNS, meta)),
-            "validate-crossmodel.md": crossmodel_markdown(run, rows).encode(),
-        },
-        "validation-crossmodel",
-        run,
-    )
+    _write_validation(Path(out), "crossmodel", run, rows, CROSSMODEL_COLUMNS, crossmodel_markdown(run, rows))
     return rows
 
 
