@@ -468,20 +468,7 @@ def heldout_rows(
             }
             speed = float(r["speedup"])
             row: dict[str, Any] = {
-                "model": r["model"],
-                "workload": workload,
-                "config": r["config"],
-                "method": r["method"],
-                "concurrency": r.get("concurrency"),
-                "n_starts": r.get("n_starts"),
-                "speedup_measured": speed,
-                "speedup_measured_lo": _f(r.get("speedup_lo")),
-                "speedup_measured_hi": _f(r.get("speedup_hi")),
-                "T": t,
-                "T_lo": t_lo,
-                "T_hi": t_hi,
-                "T_from": t_from,
-                "source_run": source_run,
+                **_measured(r, workload, (t, t_lo, t_hi, t_from), source_run),
                 "source_model": sm,
                 "source_concurrency": here[0].get("concurrency"),
                 "R_pooled_from": ", ".join(sorted(s["workload"] for s in here)),
@@ -698,21 +685,8 @@ def crossmodel_rows(
                 hi = None if r_lo is None or t_hi is None else t_hi / r_lo
                 rows.append(
                     {
-                        "model": r["model"],
-                        "workload": workload,
-                        "config": r["config"],
-                        "method": r["method"],
-                        "concurrency": r.get("concurrency"),
-                        "n_starts": r.get("n_starts"),
-                        "speedup_measured": speed,
-                        "speedup_measured_lo": _f(r.get("speedup_lo")),
-                        "speedup_measured_hi": _f(r.get("speedup_hi")),
+                        **_measured(r, workload, (t, t_lo, t_hi, t_from), source_run),
                         "model_params_b": _f(r.get("model_params_b")),
-                        "T": t,
-                        "T_lo": t_lo,
-                        "T_hi": t_hi,
-                        "T_from": t_from,
-                        "source_run": source_run,
                         "source_model": s["model"],
                         "source_params_b": _f(s.get("model_params_b")),
                         "R": r_,
@@ -728,6 +702,27 @@ def crossmodel_rows(
                     }
                 )
     return rows
+
+
+def _measured(r: dict[str, Any], workload: str, t: tuple[Any, Any, Any, Any], source_run: str) -> dict[str, Any]:
+    """The measured side of a held-out or cross-model row: the speedup table's row r (its cell, measured speedup
+    and interval) and T (value, bounds, where it came from), with the run whose R predicts it."""
+    return {
+        "model": r["model"],
+        "workload": workload,
+        "config": r["config"],
+        "method": r["method"],
+        "concurrency": r.get("concurrency"),
+        "n_starts": r.get("n_starts"),
+        "speedup_measured": float(r["speedup"]),
+        "speedup_measured_lo": _f(r.get("speedup_lo")),
+        "speedup_measured_hi": _f(r.get("speedup_hi")),
+        "T": t[0],
+        "T_lo": t[1],
+        "T_hi": t[2],
+        "T_from": t[3],
+        "source_run": source_run,
+    }
 
 
 def crossmodel_summary(rows: list[dict[str, Any]]) -> list[str]:
