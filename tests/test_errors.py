@@ -38,19 +38,30 @@ def assert_one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def setup(tmp_path, smoke_cfg, sonnet):
-    cfg = tiny_config(smoke_cfg, sonnet, run="err")
-    cfg_path = tmp_path / "err.yaml"
+@pytest.fixture(scope="module")
+def _setup_template(tmp_path_factory, sonnet):
+    """The config and the code workload, made once through the command line (`specsweep workload`)."""
+    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    cfg = tiny_config(smoke, sonnet, run="err")
+    tmp = tmp_path_factory.mktemp("err-template")
+    cfg_path = tmp / "err.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
+    wl = tmp / "results/err/workloads/code.json"
+    proc = cli("workload", "--config", str(cfg_path), "--name", "code", "--corpus", str(sonnet), "--out", str(wl))
+    assert proc.returncode == 0, proc.stderr
+    return cfg, cfg_path.read_bytes(), wl.read_bytes()
+
+
+@pytest.fixture
+def setup(tmp_path, _setup_template):
+    """A test's own copy of the template (each test may edit or damage it)."""
+    cfg, cfg_bytes, wl_bytes = _setup_template
+    cfg_path = tmp_path / "err.yaml"
+    cfg_path.write_bytes(cfg_bytes)
     wl = tmp_path / "results/err/workloads/code.json"
-    assert (
-        cli(
-            "workload", "--config", str(cfg_path), "--name", "code", "--corpus", str(sonnet), "--out", str(wl)
-        ).returncode
-        == 0
-    )
-    return {"tmp": tmp_path, "cfg": cfg_path, "wl": wl, "study": build_study(cfg)}
+    wl.parent.mkdir(parents=True)
+    wl.write_bytes(wl_bytes)
+    return {"tmp": tmp_path, "cfg": cfg_path, "wl": wl, "study": build_study(copy.deepcopy(cfg))}
 
 
 def test_config_file_missing(tmp_path):

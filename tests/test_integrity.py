@@ -876,6 +876,45 @@ def test_cell_refused(tmp_path, key, value, rehash, message):
     assert line.startswith(f"cell {path}: {message}"), line
 
 
+DRAFT = {
+    "name": "draft-m",
+    "source": "resources/models/draft-m",
+    "weights": None,
+    "build": None,
+    "revision": "a" * 40,
+    "manifest_sha256": "b" * 64,
+}
+
+
+@pytest.mark.parametrize(
+    "settings_draft,draft,message",
+    [
+        (True, "absent", "settings.draft_model is 'draft-m', but model_info.draft records no drafter weights"),
+        (True, None, "settings.draft_model is 'draft-m', but model_info.draft records no drafter weights"),
+        (True, DRAFT | {"name": "other"}, "model_info.draft.name is other, but settings.draft_model.name is draft-m"),
+        (True, DRAFT | {"revision": "c" * 40}, f"model_info.draft.revision is {'c' * 40}, but settings.draft_model"),
+        (True, DRAFT | {"manifest_sha256": None}, "model_info.draft.manifest_sha256: None is not of type"),
+        (True, DRAFT | {"extra": 1}, "model_info.draft: "),
+        (False, DRAFT, "model_info.draft names drafter 'draft-m', but settings has no draft_model"),
+    ],
+    ids=["absent", "null", "other-name", "other-revision", "no-manifest-hash", "unknown-key", "no-drafter-model"],
+)
+def test_cell_drafter_weights_are_recorded(tmp_path, settings_draft, draft, message):
+    """A cell whose drafter loads a `models` entry records that entry's weights (name, revision, manifest
+    hash) beside the target's, and they are the settings' drafter; a cell without one records none."""
+    doc = cell_doc()
+    if settings_draft:
+        doc["settings"]["draft_model"] = {"name": "draft-m", "revision": "a" * 40, "params_b": 0.5, "tp": 1}
+        _rehash(doc)
+    if draft != "absent":
+        doc["model_info"]["draft"] = draft
+    line = refused(cells.load, cell_file(tmp_path, doc))
+    assert message in line, line
+    if settings_draft:  # the same cell with its drafter's record loads
+        doc["model_info"]["draft"] = DRAFT
+        cells.load(cell_file(tmp_path, doc))
+
+
 def test_validate_refuses_nan_in_memory():
     """The runner's own check before it writes (cells.validate): a NaN is named by its key."""
     doc = cell_doc()

@@ -240,3 +240,31 @@ def test_plan_says_it_could_not_check_tables_without_their_manifest(tmp_path):
         f"specsweep: could not check: tables {tables}: no MANIFEST.json, so whether its files are the ones specsweep "
         "wrote could not be checked (rebuild them: snakemake, or specsweep tables)"
     ]
+
+
+@pytest.mark.parametrize("manifest", [True, False], ids=["manifest-of-the-run", "no-manifest"])
+def test_plan_refuses_another_runs_measurements(tmp_path, manifest):
+    """A tables set holding another run's measurements.parquet (copied in, its manifest gone or rewritten for
+    it) is one line naming the file and both runs, before any plan: not a plan of the wrong run's noise."""
+    import hashlib
+    import shutil
+
+    tables = tmp_path / "tables"
+    shutil.copytree(RESULTS / "h200-concurrency" / "tables", tables)
+    shutil.copy(RESULTS / "h200-concurrency-boot2" / "tables" / "measurements.parquet", tables)
+    mpath = tables / "MANIFEST.json"
+    if manifest:  # the manifest made to agree with the copied file: only the runs the tables name disagree
+        doc = json.loads(mpath.read_text())
+        doc["files"]["measurements.parquet"] = hashlib.sha256(
+            (tables / "measurements.parquet").read_bytes()
+        ).hexdigest()
+        mpath.write_text(json.dumps(doc))
+    else:
+        mpath.unlink()
+    proc = _cli("--tables", str(tables))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"specsweep: error: tables {tables / 'measurements.parquet'}: a table of run 'h200-concurrency-boot2' in the "
+        "tables of run 'h200-concurrency' (copied in from another run?); rebuild the tables (snakemake, or specsweep "
+        "tables)"
+    ]

@@ -111,9 +111,9 @@ def step_time_ratios(
     path = Path(tables) / "speedup.parquet"
     if not path.is_file():
         raise SpecsweepError(f"advise: {path} not found (a run's tables folder)")
-    from .tables import read_parquet
+    from .tables import read_run_table
 
-    table = read_parquet(Path(tables), "speedup.parquet").to_pylist()
+    table = read_run_table(Path(tables), "speedup.parquet").to_pylist()
     chosen = ladder_step(table, model, method, step)
     rows = [
         r

@@ -219,6 +219,15 @@ def _check(doc: dict[str, Any], fail: Fail) -> None:
     for key in ("tp", "params_b"):
         if doc["model_info"][key] != settings["model"][key]:
             fail(f"model_info.{key} is {doc['model_info'][key]}, but settings.model.{key} is {settings['model'][key]}")
+    want_draft, draft = settings.get("draft_model"), doc["model_info"].get("draft")
+    if want_draft is None and draft is not None:
+        fail(f"model_info.draft names drafter '{draft['name']}', but settings has no draft_model")
+    if want_draft is not None:
+        if draft is None:
+            fail(f"settings.draft_model is '{want_draft['name']}', but model_info.draft records no drafter weights")
+        for key in ("name", "revision"):
+            if want_draft.get(key) is not None and draft[key] != want_draft[key]:
+                fail(f"model_info.draft.{key} is {draft[key]}, but settings.draft_model.{key} is {want_draft[key]}")
     digest = sha256_obj(settings)
     if doc["config_sha256"] != digest:
         fail(

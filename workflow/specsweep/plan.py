@@ -71,11 +71,11 @@ class ModelPlan:
 
 def measured(tables: Path) -> list[ModelNoise]:
     """Each model's between-start noise in a run's tables, pooled over its cells (a typical cell's)."""
-    from .tables import read_parquet
+    from .tables import read_run_table
 
     rows = [
         r | {"_start": r["engine_key"]}  # one engine key per engine start (repeats on one engine share it)
-        for r in read_parquet(Path(tables), "measurements.parquet").to_pylist()
+        for r in read_run_table(Path(tables), "measurements.parquet").to_pylist()
         if r["status"] == "ok" and r["output_tok_s"]
     ]
     series = stats.cell_series(rows, "output_tok_s")

@@ -78,6 +78,35 @@ def check_tables_run(tables_dir: Path, table: pa.Table, run: str) -> None:
         )
 
 
+def set_run(tables_dir: Path) -> str | None:
+    """The run a tables set belongs to: the one its MANIFEST.json names, else the one cells.parquet names
+    (metadata specsweep.run); None where neither does (tables written by hand)."""
+    tables_dir = Path(tables_dir)
+    if (tables_dir / MANIFEST).is_file():
+        doc = read_json(tables_dir / MANIFEST, "tables manifest")
+        if isinstance(doc, dict) and isinstance(doc.get("run"), str):
+            return str(doc["run"])
+    if (tables_dir / "cells.parquet").is_file():
+        meta = read_parquet(tables_dir, "cells.parquet").schema.metadata or {}
+        return (meta.get(b"specsweep.run") or b"").decode() or None
+    return None
+
+
+def read_run_table(tables_dir: Path, name: str) -> pa.Table:
+    """A table of a set (read_parquet) that must be of the set's own run (set_run): a measurements.parquet
+    copied in from another run's tables is a one-line error naming the file and both runs, not a plan or an
+    advice drawn from the wrong run."""
+    table = read_parquet(tables_dir, name)
+    run = set_run(tables_dir)
+    have = ((table.schema.metadata or {}).get(b"specsweep.run") or b"").decode()
+    if run and have and have != run:
+        raise SpecsweepError(
+            f"tables {Path(tables_dir) / name}: a table of run '{have}' in the tables of run '{run}' (copied in "
+            "from another run?); rebuild the tables (snakemake, or specsweep tables)"
+        )
+    return table
+
+
 MANIFEST = "MANIFEST.json"
 
 
