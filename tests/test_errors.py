@@ -87,17 +87,30 @@ def test_config_bad_value_via_cli(tmp_path):
 
 
 @pytest.mark.slow
-def test_config_bad_value_via_snakemake(tmp_path):
+@pytest.mark.parametrize(
+    "speculative,line",
+    [
+        ({"prompt_lookup_min": 9}, "config: ladder.ngram.speculative: prompt_lookup_min (9) > prompt_lookup_max (5)"),
+        # asked of the installed vLLM's SpeculativeConfig by the Snakefile's first step (check_ladder_for_run)
+        (
+            {"method": "medusa2", "prompt_lookup_min": None, "prompt_lookup_max": None},
+            "config: ladder.ngram.speculative.method: 'medusa2' is not a speculative method of the installed vLLM",
+        ),
+    ],
+    ids=["lookup-bounds", "unknown-method"],
+)
+def test_config_bad_value_via_snakemake(tmp_path, monkeypatch, speculative, line):
+    """`snakemake -n` on a bad ladder: one line before any job, no cell folder made."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no marker of an earlier accepted check
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    cfg["ladder"]["ngram"]["speculative"]["prompt_lookup_min"] = 9
+    spec = cfg["ladder"]["ngram"]["speculative"]
+    spec |= speculative
+    cfg["ladder"]["ngram"]["speculative"] = {k: v for k, v in spec.items() if v is not None}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     proc = snakemake(tmp_path, "-n", "--configfile", str(path), "--cores", "1", check=False)
     assert proc.returncode != 0
-    assert (
-        "specsweep: error: config: ladder.ngram.speculative: prompt_lookup_min (9) > prompt_lookup_max (5)"
-        in proc.stderr
-    )
+    assert f"specsweep: error: {line}" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.glob("results/*/cells"))
 

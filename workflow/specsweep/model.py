@@ -203,6 +203,40 @@ def _gguf(r: Recipe, gguf: Path | None, near: Path) -> Iterator[Path]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+@contextmanager
+def _one_gguf_parse() -> Iterator[None]:
+    """Within the block, transformers parses a GGUF's metadata once: its tokenizer and its config each read the
+    whole file (the vocabulary's string arrays, element by element: 9-12 s of a 2-core machine for SmolLM2's
+    49,152 tokens, more for Gemma's 262,144), so the second read is served from the first (a deep copy, as
+    transformers edits what it gets). Tensors are never cached."""
+    import copy
+
+    import transformers.configuration_utils as config_utils
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    import transformers.models.auto.tokenization_auto as tokenization_auto
+
+    modules = (gguf_utils, config_utils, tokenization_auto)
+    original = gguf_utils.load_gguf_checkpoint
+    parsed: dict[str, object] = {}
+
+    def load(path, return_tensors=False, **kwargs):
+        if return_tensors or kwargs:
+            return original(path, return_tensors=return_tensors, **kwargs)
+        key = os.path.realpath(path)
+        if key not in parsed:
+            parsed[key] = original(path, return_tensors=False)
+        return copy.deepcopy(parsed[key])
+
+    patched = [m for m in modules if getattr(m, "load_gguf_checkpoint", None) is original]
+    for m in patched:
+        m.load_gguf_checkpoint = load
+    try:
+        yield
+    finally:
+        for m in patched:
+            m.load_gguf_checkpoint = original
+
+
 def _tokenizer(r: Recipe, gguf: Path):
     from transformers import AutoTokenizer
 
@@ -266,10 +300,11 @@ def build_model(out_dir: Path, build: str = SMOLLM2.build, gguf: Path | None = N
     r = recipe(build)
     out_dir = Path(out_dir)
     with _gguf(r, gguf, out_dir) as gguf, _building(out_dir, "model") as tmp:
-        tok = _tokenizer(r, gguf)
-        quantised = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype)
-        )
+        with _one_gguf_parse():
+            tok = _tokenizer(r, gguf)
+            quantised = AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype)
+            )
         if type(quantised).__name__ != r.model_class:
             raise SpecsweepError(
                 f"model {r.label}: transformers loads {gguf.name} as {type(quantised).__name__}, not {r.model_class}"
@@ -303,9 +338,11 @@ def build_tokenizer(out_dir: Path, build: str = SMOLLM2.build, gguf: Path | None
     r = recipe(build)
     out_dir = Path(out_dir)
     with _gguf(r, gguf, out_dir) as gguf, _building(out_dir, "tokenizer") as tmp:
-        _tokenizer(r, gguf).save_pretrained(tmp)
+        with _one_gguf_parse():
+            tok = _tokenizer(r, gguf)
+            cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tok.save_pretrained(tmp)
         check_bos(r, tmp)
-        cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         GenerationConfig.from_model_config(cfg).save_pretrained(tmp)
         recipe_text = "transformers gguf tokenizer -> save_pretrained (no weights)"
         vocab = getattr(cfg, "vocab_size", None) or cfg.get_text_config().vocab_size
