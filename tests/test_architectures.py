@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, _shared_root
+from conftest import ROOT, build_once
 from specsweep import architectures as arch
 from specsweep.config import Cell, build_study, load_study
 from specsweep.engine import engine_kwargs, resolve_model
@@ -163,21 +163,13 @@ def tokenizer_dir(tmp_path_factory) -> Path:
     ):
         if (built / "tokenizer.json").is_file():
             return built
-    import fcntl
-
     from specsweep.model import build_smollm2_tokenizer, find_gguf
 
     try:
         find_gguf()
     except SpecsweepError as exc:
         pytest.skip(str(exc))
-    out = _shared_root(tmp_path_factory) / "tokenizer" / "smollm2-135m-instruct"
-    out.parent.mkdir(exist_ok=True)
-    with open(out.parent / ".lock", "w") as lock:  # one build for all xdist workers; the others wait for it
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "tokenizer.json").is_file():
-            build_smollm2_tokenizer(out)
-    return out
+    return build_once(tmp_path_factory, "tokenizer/smollm2-135m-instruct", "tokenizer.json", build_smollm2_tokenizer)
 
 
 @pytest.fixture(scope="session")

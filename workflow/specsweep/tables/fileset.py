@@ -67,10 +67,15 @@ def unchecked_tables(tables_dir: Path) -> list[str]:
     return out + [f"tables {tables_dir}: {line}" for line in lines]
 
 
+def table_run(table: pa.Table) -> str:
+    """The run a table names (metadata specsweep.run); "" where it names none (a table written by hand)."""
+    return ((table.schema.metadata or {}).get(b"specsweep.run") or b"").decode()
+
+
 def check_tables_run(tables_dir: Path, table: pa.Table, run: str) -> None:
     """One line when a table of `tables_dir` names another run than `run` (metadata specsweep.run): figures
     or a validation drawn from it would be written under `run`'s name."""
-    have = ((table.schema.metadata or {}).get(b"specsweep.run") or b"").decode()
+    have = table_run(table)
     if have and have != run:
         raise SpecsweepError(
             f"tables {tables_dir}: the tables of run '{have}', not of run '{run}'; give run {run}'s tables "
@@ -87,8 +92,7 @@ def set_run(tables_dir: Path) -> str | None:
         if isinstance(doc, dict) and isinstance(doc.get("run"), str):
             return str(doc["run"])
     if (tables_dir / "cells.parquet").is_file():
-        meta = read_parquet(tables_dir, "cells.parquet").schema.metadata or {}
-        return (meta.get(b"specsweep.run") or b"").decode() or None
+        return table_run(read_parquet(tables_dir, "cells.parquet")) or None
     return None
 
 
@@ -97,8 +101,7 @@ def read_run_table(tables_dir: Path, name: str) -> pa.Table:
     copied in from another run's tables is a one-line error naming the file and both runs, not a plan or an
     advice drawn from the wrong run."""
     table = read_parquet(tables_dir, name)
-    run = set_run(tables_dir)
-    have = ((table.schema.metadata or {}).get(b"specsweep.run") or b"").decode()
+    run, have = set_run(tables_dir), table_run(table)
     if run and have and have != run:
         raise SpecsweepError(
             f"tables {Path(tables_dir) / name}: a table of run '{have}' in the tables of run '{run}' (copied in "
