@@ -249,10 +249,20 @@ def test_dummy_tokenizer_splits_text_like_its_source(name, dummy_dirs, tokenizer
 
 
 @pytest.mark.slow
-def test_vllm_model_config_at_paper_max_model_len(dummy_dirs):
+def test_vllm_model_config_at_paper_max_model_len(dummy_dirs, monkeypatch, tmp_path):
     """vLLM's ModelConfig (its model registry and length checks, on CPU): every class is supported; the paper's
-    max_model_len 16384 is refused for opt-125m (2048 positions) and Phi-3-medium-4k (4096)."""
+    max_model_len 16384 is refused for opt-125m (2048 positions) and Phi-3-medium-4k (4096).
+
+    vLLM inspects each model class in a fresh interpreter (to keep CUDA out of the caller) unless its cache of
+    model infos holds it: on a clean machine that is one import of torch and vLLM per architecture, 122 s of
+    this test on 2 cores. On CPU there is no CUDA to keep out, so the same inspection (vLLM's own
+    `_ModelInfo.from_model_cls`) runs in this process, with an empty cache of its own."""
     from vllm.config import ModelConfig
+    from vllm.model_executor.models import registry
+
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm-cache"))
+    monkeypatch.setattr(registry, "_run_in_subprocess", lambda fn: fn())
+    registry._try_inspect_model_cls.cache_clear()
 
     max_len = PAPER["engine"]["max_model_len"]
     refused = {}
