@@ -3,6 +3,7 @@ that would forge a column or a row, each in one line, and docs/demo-runs.csv is 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,25 @@ def test_demo_record_refuses_in_one_line_and_writes_nothing(tmp_path, case, args
     proc = _record(*tables, *GOOD, *args)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"demo-record: error: {line}\n"
+    assert CSV.read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", ["gpu", None])
+def test_a_run_folder_without_its_config_is_judged_by_its_cells(tmp_path, kind):
+    """A fresh `make demo` keeps no config.yaml in its run folder: the cells beside the tables say what ran. A
+    cell measured on a GPU, or no cells at all, is refused in one line."""
+    before = CSV.read_bytes()
+    tables = _demo_tables(tmp_path)
+    (tables.parent / "config.yaml").unlink()
+    if kind:
+        cell = tables.parent / "cells" / "m" / "code" / "vanilla" / "r1.json"
+        cell.parent.mkdir(parents=True)
+        cell.write_text(json.dumps({"run": "smoke", "provenance": {"device": {"kind": kind}}}))
+        line = f"--tables {tables}: run 'smoke' on device gpu, not a CPU demo run (run smoke, device cpu: make demo)"
+    else:
+        line = f"--tables {tables}: neither a config.yaml nor cells beside it, so it is not known to be a CPU demo run"
+    proc = _record("--tables", str(tables), *GOOD)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"demo-record: error: {line}\n")
     assert CSV.read_bytes() == before
 
 

@@ -81,18 +81,33 @@ DEMO_RUN, DEMO_DEVICE = "smoke", "cpu"
 
 
 def check_cpu_demo(tables: Path) -> None:
-    """The tables are a CPU demo run's: its config (results/<run>/config.yaml, beside the tables) names the CPU
-    profile's run and device cpu; an H200 run's tables are refused, not recorded as a 2-core CPU demo."""
+    """The tables are a CPU demo run's: its config (results/<run>/config.yaml, beside the tables, as committed
+    runs keep it) or, where a run folder has none (a fresh `make demo` writes only cells, workloads and tables),
+    every cell of the run beside the tables names the CPU profile's run and device cpu; an H200 run's tables are
+    refused, not recorded as a 2-core CPU demo."""
     config = tables.parent / "config.yaml"
-    if not config.is_file():
-        raise SpecsweepError(f"--tables {tables}: no config.yaml beside it, so it is not known to be a CPU demo run")
-    cfg = load_yaml(config)
-    run, device = cfg.get("run"), cfg.get("device", "gpu")
-    if (run, device) != (DEMO_RUN, DEMO_DEVICE):
-        raise SpecsweepError(
-            f"--tables {tables}: run '{run}' on device {device}, not a CPU demo run (run {DEMO_RUN}, device "
-            f"{DEMO_DEVICE}: make demo)"
-        )
+    if config.is_file():
+        cfg = load_yaml(config)
+        found = {(cfg.get("run"), cfg.get("device", "gpu"))}
+    else:
+        cells = sorted((tables.parent / "cells").glob("**/r*.json"))
+        if not cells:
+            raise SpecsweepError(
+                f"--tables {tables}: neither a config.yaml nor cells beside it, so it is not known to be a CPU demo run"
+            )
+        found = set()
+        for path in cells:
+            try:
+                doc = json.loads(path.read_text())
+                found.add((doc["run"], doc["provenance"]["device"]["kind"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                raise SpecsweepError(f"cell {path}: not a cell document (no run or provenance.device.kind)") from None
+    for run, device in sorted(found, key=str):
+        if (run, device) != (DEMO_RUN, DEMO_DEVICE):
+            raise SpecsweepError(
+                f"--tables {tables}: run '{run}' on device {device}, not a CPU demo run (run {DEMO_RUN}, device "
+                f"{DEMO_DEVICE}: make demo)"
+            )
 
 
 def read_claims(tables: Path) -> list[dict[str, Any]]:
