@@ -239,6 +239,42 @@ def test_demo_runs_table_and_expectation_read_the_current_demo(tmp_path):
     )
 
 
+def test_demo_expectation_names_its_hosts_and_what_depends_on_them(tmp_path):
+    """Runs of one demo on two kinds of host (their CPU as the cells named it): the sentence names each kind with
+    its number of runs, and says which entries gave the same verdict on every kind and which depended on the
+    host, with each kind's counts."""
+    head = "run,demo,commit,date,host,wall_s,snakemake_s,band_pct,entry,estimate,lo,hi,verdict,cpu_model,cpu_isa,cpu_cores,memory_gib\n"
+
+    def run(n, wall, suffix, verdict, cpu, isa):
+        base = f"{n},d,abc{n},2026-12-0{n},2-core,{wall},,5.0"
+        host = f"{cpu},{isa},2,23.5"
+        return (
+            f"{base},code/ngram,1.500,1.3,1.7,faster,{host}\n{base},code/suffix,{suffix},0.9,1.3,{verdict},{host}\n"
+            f"{base},CPU,4.0,1.0,9.0,confirmed,{host}\n"
+        )
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "demo-runs.csv").write_text(
+        head
+        + run(1, 800, "1.200", "faster", "Intel Xeon", "avx512_bf16")
+        + run(2, 820, "1.010", "undecided", "AMD EPYC", "avx512")
+        + run(3, 790, "1.210", "faster", "Intel Xeon", "avx512_bf16")
+    )
+    assert docs.demo_expectation(tmp_path) == (
+        "In 3 fresh runs of `make demo` on 2-core AMD EPYC, avx512 hosts (1) and 2-core Intel Xeon, avx512_bf16 "
+        "hosts (2), code/ngram (1.50×) was `faster` in 3, code/suffix (1.01–1.21×) was `faster` in 2 and "
+        "`undecided` in 1, and the CPU entry was `confirmed` in 3; 2 of the 3 gave every entry its most common "
+        "verdict, and a run took 790–820 s from a fresh clone, installing included; the same verdict on every "
+        "kind of host: code/ngram, the CPU entry; depending on the host: code/suffix (2-core AMD EPYC, avx512: `undecided` "
+        "in 1; 2-core Intel Xeon, avx512_bf16: `faster` in 2)."
+    )
+    # one run, one host: named as such
+    (tmp_path / "docs" / "demo-runs.csv").write_text(head + run(1, 800, "1.200", "faster", "Intel Xeon", "avx512_bf16"))
+    assert docs.demo_expectation(tmp_path).startswith(
+        "In 1 fresh run of `make demo` on a 2-core Intel Xeon, avx512_bf16 host, code/ngram"
+    )
+
+
 def test_demo_between_runs_checks_each_interval_against_the_other_runs(tmp_path):
     """design.md's between-runs table: per speedup entry of the current demo, the geometric mean and range of
     the runs' estimates, the sd of the log estimate between runs, the median half-width of a run's interval (log

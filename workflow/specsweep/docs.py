@@ -402,7 +402,7 @@ def demo_runs(root: Path = ROOT, demo: str | None = None) -> str:
         cpu = by.get(CPU_ENTRY)
         cv = f", {cpu['estimate']} % [{cpu['lo']}, {cpu['hi']}]" if cpu and cpu["estimate"] else ""
         lines.append(
-            f"| {run} | {first['commit'] or '–'} | {first['date']} | {first['host']} | {first['wall_s']} s "
+            f"| {run} | {first['commit'] or '–'} | {first['date']} | {demo_host(first)} | {first['wall_s']} s "
             f"| {first['snakemake_s'] + ' s' if first['snakemake_s'] else '–'} | "
             + " | ".join(cells)
             + f" | ±{first['band_pct']} % | {cpu['verdict'] + cv if cpu else '–'} |"
@@ -470,16 +470,54 @@ def demo_expectation(root: Path = ROOT, demo: str | None = None) -> str:
             parts.append(f"{e} ({span(_two(str(est[0])), _two(str(est[-1])))}×) was {said}")
     usual = {e: Counter(r["verdict"] for r in rows if r["entry"] == e).most_common(1)[0][0] for e in _entries(runs)}
     agree = sum(all(r["verdict"] == usual[r["entry"]] for r in rs) for rs in runs.values())
-    cores = "/".join(sorted({rs[0]["host"].split()[0] for rs in runs.values()}))
     walls = sorted(int(rs[0]["wall_s"]) for rs in runs.values())
     n = len(runs)
     agreed = f"{agree} of the {n} gave every entry its most common verdict, and a run took" if n > 1 else "it took"
+    kinds = Counter(demo_host(rs[0]) for rs in runs.values())
+    if len(kinds) == 1:
+        where = f"on {next(iter(kinds))} hosts" if n > 1 else f"on a {next(iter(kinds))} host"
+        by_host = ""
+    else:
+        where = "on " + " and ".join(f"{k} hosts ({c})" for k, c in sorted(kinds.items()))
+        by_host = "; " + _by_host(runs)
     return (
-        f"In {n} fresh run{'s' if n > 1 else ''} of `make demo` on {cores} hosts, "
+        f"In {n} fresh run{'s' if n > 1 else ''} of `make demo` {where}, "
         + ", ".join(parts[:-1])
         + f", and {parts[-1]}; {agreed} {span(str(walls[0]), str(walls[-1]))} s from a fresh clone, installing "
-        "included."
+        f"included{by_host}."
     )
+
+
+def demo_host(row: dict[str, str]) -> str:
+    """A demo run's kind of host, from its row: cores, CPU model and the ISA of vLLM's CPU kernels where the
+    run's cells named them (`2-core Intel(R) Xeon(R) Processor, avx512_bf16`), else the recorded `host`
+    (`2-core`)."""
+    model, isa, cores = (row.get(k) or "unknown" for k in ("cpu_model", "cpu_isa", "cpu_cores"))
+    if model == "unknown":
+        return row["host"].split()[0]
+    return f"{cores}-core {model}" + ("" if isa == "unknown" else f", {isa}")
+
+
+def _by_host(runs: dict[str, list[dict[str, str]]]) -> str:
+    """Which entries' verdicts held on every kind of host and which depended on it (each kind's counts)."""
+    kinds = sorted({demo_host(rs[0]) for rs in runs.values()})
+    held, differed = [], []
+    for e in _entries(runs):
+        per = {
+            k: Counter(r["verdict"] for rs in runs.values() if demo_host(rs[0]) == k for r in rs if r["entry"] == e)
+            for k in kinds
+        }
+        name = "the CPU entry" if e == CPU_ENTRY else e
+        if len({v for c in per.values() for v in c}) == 1:
+            held.append(name)
+        else:
+            said = "; ".join(
+                f"{k}: " + " and ".join(f"`{v}` in {m}" for v, m in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+                for k, c in per.items()
+            )
+            differed.append(f"{name} ({said})")
+    first = f"the same verdict on every kind of host: {', '.join(held) or 'none'}"
+    return first + (f"; depending on the host: {', '.join(differed)}" if differed else "")
 
 
 #: The generators that read docs/demo-runs.csv, which take a demo's label (`specsweep.docs.NAME(LABEL)`).
