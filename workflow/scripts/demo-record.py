@@ -26,9 +26,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from specsweep import stats  # noqa: E402
+from specsweep import paths, stats  # noqa: E402
 from specsweep.errors import SpecsweepError  # noqa: E402
 from specsweep.escape import term_text  # noqa: E402
+from specsweep.jsonio import read_json  # noqa: E402
 from specsweep.safeyaml import load_yaml  # noqa: E402
 from specsweep.tables import read_parquet  # noqa: E402
 from specsweep.tables.fileset import checked_bytes  # noqa: E402
@@ -63,12 +64,18 @@ def entries(tables: Path) -> list[dict[str, str]]:
     return out
 
 
-def run_cpu(tables: Path) -> dict[str, str]:
-    """The CPU the run's cells record (results/{run}/cells beside its tables): one CPU, else a one-line error
-    (a demo measured on two hosts is no one run); `unknown` where its cells predate the record."""
+def run_cells(tables: Path) -> list[tuple[Path, Any]]:
+    """The run's cell documents (results/{run}/cells beside its tables), each with its path, read once for the
+    checks below; a cell that is not JSON is one line naming it."""
+    return [(path, read_json(path, "cell")) for path in paths.cell_files(tables.parent / "cells")]
+
+
+def run_cpu(tables: Path, cells: list[tuple[Path, Any]]) -> dict[str, str]:
+    """The CPU the run's cells record: one CPU, else a one-line error (a demo measured on two hosts is no one
+    run); `unknown` where its cells predate the record."""
     seen = set()
-    for path in sorted((tables.parent / "cells").rglob("r*.json")):
-        cpu = json.loads(path.read_text()).get("provenance", {}).get("cpu")
+    for _, doc in cells:
+        cpu = doc.get("provenance", {}).get("cpu")
         if cpu:
             seen.add((cpu["model"], cpu["isa"], str(cpu["cores"]), str(cpu["memory_gib"])))
     if len(seen) > 1:
@@ -80,7 +87,7 @@ def run_cpu(tables: Path) -> dict[str, str]:
 DEMO_RUN, DEMO_DEVICE = "smoke", "cpu"
 
 
-def check_cpu_demo(tables: Path) -> None:
+def check_cpu_demo(tables: Path, cells: list[tuple[Path, Any]]) -> None:
     """The tables are a CPU demo run's: its config (results/<run>/config.yaml, beside the tables, as committed
     runs keep it) or, where a run folder has none (a fresh `make demo` writes only cells, workloads and tables),
     every cell of the run beside the tables names the CPU profile's run and device cpu; an H200 run's tables are
@@ -90,17 +97,15 @@ def check_cpu_demo(tables: Path) -> None:
         cfg = load_yaml(config)
         found = {(cfg.get("run"), cfg.get("device", "gpu"))}
     else:
-        cells = sorted((tables.parent / "cells").glob("**/r*.json"))
         if not cells:
             raise SpecsweepError(
                 f"--tables {tables}: neither a config.yaml nor cells beside it, so it is not known to be a CPU demo run"
             )
         found = set()
-        for path in cells:
+        for path, doc in cells:
             try:
-                doc = json.loads(path.read_text())
                 found.add((doc["run"], doc["provenance"]["device"]["kind"]))
-            except (OSError, ValueError, KeyError, TypeError):
+            except (KeyError, TypeError):
                 raise SpecsweepError(f"cell {path}: not a cell document (no run or provenance.device.kind)") from None
     for run, device in sorted(found, key=str):
         if (run, device) != (DEMO_RUN, DEMO_DEVICE):
@@ -159,9 +164,10 @@ def _main(argv: list[str] | None = None) -> int:
     if not (args.tables / "speedup.parquet").is_file():
         ap.error(f"--tables {args.tables}: no speedup.parquet (run `make demo` there first)")
     check_fields(args)
-    check_cpu_demo(args.tables)
+    cells = run_cells(args.tables)
+    check_cpu_demo(args.tables, cells)
     new_entries = entries(args.tables)  # read (and checked) before the CSV is opened for appending
-    cpu = run_cpu(args.tables)
+    cpu = run_cpu(args.tables, cells)
     with CSV.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     run = 1 + max((int(r["run"]) for r in rows if r["demo"] == args.demo), default=0)

@@ -106,6 +106,12 @@ def cells_dir(run: str, root: Path | str = RESULTS) -> Path:
     return run_dir(run, root) / "cells"
 
 
+def cell_files(cells: Path | str) -> list[Path]:
+    """The measurement files of a cells folder ({model}/{workload}/{step}/r{n}.json), sorted; the stored token
+    ids beside them (r{n}.tokens.json) left out."""
+    return sorted(p for p in Path(cells).glob("*/*/*/r*.json") if not p.name.endswith(".tokens.json"))
+
+
 def preflight_dir(run: str, root: Path | str = RESULTS) -> Path:
     """results/{run}/preflight: the verdicts and the report."""
     return run_dir(run, root) / "preflight"

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import advise, cells, replay
+from . import advise, cells, paths, replay
 from .errors import SpecsweepError
 from .escape import md_text
 from .jsonio import atomic_write_json
@@ -88,10 +88,6 @@ ADVISE_COLUMNS: list[tuple[str, pa.DataType]] = [
 ]
 
 
-def _cell_files(cells_dir: Path) -> list[Path]:
-    return sorted(p for p in Path(cells_dir).glob("*/*/*/r*.json") if not p.name.endswith(".tokens.json"))
-
-
 def replay_cell(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(the cell, its replay report) for a drafter cell that stores token ids; None for any other cell."""
     doc = cells.load(path)
@@ -115,7 +111,7 @@ def replay_rows(
     (model, workload, ladder step, concurrency) for the advisor."""
     rows: list[dict[str, Any]] = []
     reports: dict[tuple[str, str, str, int | None], Path] = {}
-    for path in _cell_files(cells_dir):
+    for path in paths.cell_files(cells_dir):
         got = replay_cell(path)
         if got is None:
             continue
@@ -797,11 +793,10 @@ def crossmodel(
 def check_archive(cells_dir: Path, run: str) -> list[str]:
     """Every cell of the run is the write specsweep archived (tables.edited_since_archived), else one line
     naming it; the line saying the archive is missing when it is (tables.archive_unchecked)."""
-    from . import paths
     from .jsonio import read_json
     from .tables import archive_unchecked, edited_since_archived
 
-    files = _cell_files(cells_dir)
+    files = paths.cell_files(cells_dir)
     results = Path(cells_dir).parent.parent
     missing = archive_unchecked(results, run, len(files))
     if missing:
