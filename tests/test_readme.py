@@ -268,6 +268,18 @@ def test_demo_expectation_names_its_hosts_and_what_depends_on_them(tmp_path):
         "kind of host: code/ngram, the CPU entry; depending on the host: code/suffix (2-core AMD EPYC, avx512: `undecided` "
         "in 1; 2-core Intel Xeon, avx512_bf16: `faster` in 2)."
     )
+    # an entry whose verdict varied within one kind of host is said to vary, not to depend on the host
+    (tmp_path / "docs" / "demo-runs.csv").write_text(
+        head
+        + run(1, 800, "1.200", "faster", "Intel Xeon", "avx512_bf16")
+        + run(2, 820, "1.010", "undecided", "AMD EPYC", "avx512")
+        + run(3, 790, "1.020", "undecided", "Intel Xeon", "avx512_bf16")
+    )
+    assert docs.demo_expectation(tmp_path).endswith(
+        "the same verdict on every kind of host: code/ngram, the CPU entry; varying within a kind of host: "
+        "code/suffix (2-core AMD EPYC, avx512: `undecided` in 1; 2-core Intel Xeon, avx512_bf16: `faster` in 1 "
+        "and `undecided` in 1)."
+    )
     # one run, one host: named as such
     (tmp_path / "docs" / "demo-runs.csv").write_text(head + run(1, 800, "1.200", "faster", "Intel Xeon", "avx512_bf16"))
     assert docs.demo_expectation(tmp_path).startswith(

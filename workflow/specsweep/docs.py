@@ -461,8 +461,7 @@ def demo_expectation(root: Path = ROOT, demo: str | None = None) -> str:
     parts = []
     for e in _entries(runs):
         mine = [r for r in rows if r["entry"] == e]
-        counts = sorted(Counter(r["verdict"] for r in mine).items(), key=lambda kv: (-kv[1], kv[0]))
-        said = " and ".join(f"`{v}` in {n}" for v, n in counts)
+        said = _verdict_counts(Counter(r["verdict"] for r in mine))
         if e == CPU_ENTRY:
             parts.append(f"the CPU entry was {said}")
         else:
@@ -473,13 +472,14 @@ def demo_expectation(root: Path = ROOT, demo: str | None = None) -> str:
     walls = sorted(int(rs[0]["wall_s"]) for rs in runs.values())
     n = len(runs)
     agreed = f"{agree} of the {n} gave every entry its most common verdict, and a run took" if n > 1 else "it took"
-    kinds = Counter(demo_host(rs[0]) for rs in runs.values())
+    host = {run: demo_host(rs[0]) for run, rs in runs.items()}
+    kinds = Counter(host.values())
     if len(kinds) == 1:
         where = f"on {next(iter(kinds))} hosts" if n > 1 else f"on a {next(iter(kinds))} host"
         by_host = ""
     else:
         where = "on " + " and ".join(f"{k} hosts ({c})" for k, c in sorted(kinds.items()))
-        by_host = "; " + _by_host(runs)
+        by_host = "; " + _by_host(runs, host)
     return (
         f"In {n} fresh run{'s' if n > 1 else ''} of `make demo` {where}, "
         + ", ".join(parts[:-1])
@@ -498,26 +498,36 @@ def demo_host(row: dict[str, str]) -> str:
     return f"{cores}-core {model}" + ("" if isa == "unknown" else f", {isa}")
 
 
-def _by_host(runs: dict[str, list[dict[str, str]]]) -> str:
-    """Which entries' verdicts held on every kind of host and which depended on it (each kind's counts)."""
-    kinds = sorted({demo_host(rs[0]) for rs in runs.values()})
-    held, differed = [], []
+def _verdict_counts(counts: Counter[str]) -> str:
+    """`faster` in 9 and `undecided` in 1: each verdict with its count, the most common first."""
+    return " and ".join(f"`{v}` in {n}" for v, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _by_host(runs: dict[str, list[dict[str, str]]], host: dict[str, str]) -> str:
+    """Which entries gave one verdict on every kind of host (`host`: each run's kind), which gave one verdict on
+    each kind but not the same on all (they depend on the host), and which varied within a kind; the last two
+    with each kind's counts."""
+    kinds = sorted(set(host.values()))
+    held: list[str] = []
+    depends: list[str] = []
+    varied: list[str] = []
     for e in _entries(runs):
         per = {
-            k: Counter(r["verdict"] for rs in runs.values() if demo_host(rs[0]) == k for r in rs if r["entry"] == e)
+            k: Counter(r["verdict"] for run, rs in runs.items() if host[run] == k for r in rs if r["entry"] == e)
             for k in kinds
         }
         name = "the CPU entry" if e == CPU_ENTRY else e
         if len({v for c in per.values() for v in c}) == 1:
             held.append(name)
-        else:
-            said = "; ".join(
-                f"{k}: " + " and ".join(f"`{v}` in {m}" for v, m in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
-                for k, c in per.items()
-            )
-            differed.append(f"{name} ({said})")
-    first = f"the same verdict on every kind of host: {', '.join(held) or 'none'}"
-    return first + (f"; depending on the host: {', '.join(differed)}" if differed else "")
+            continue
+        said = f"{name} (" + "; ".join(f"{k}: {_verdict_counts(c)}" for k, c in per.items()) + ")"
+        (depends if all(len(c) == 1 for c in per.values()) else varied).append(said)
+    out = f"the same verdict on every kind of host: {', '.join(held) or 'none'}"
+    if depends:
+        out += f"; depending on the host: {', '.join(depends)}"
+    if varied:
+        out += f"; varying within a kind of host: {', '.join(varied)}"
+    return out
 
 
 #: The generators that read docs/demo-runs.csv, which take a demo's label (`specsweep.docs.NAME(LABEL)`).
