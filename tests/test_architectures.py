@@ -262,7 +262,6 @@ def test_vllm_model_config_at_paper_max_model_len(dummy_dirs, monkeypatch, tmp_p
 
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm-cache"))
     monkeypatch.setattr(registry, "_run_in_subprocess", lambda fn: fn())
-    registry._try_inspect_model_cls.cache_clear()
 
     max_len = PAPER["engine"]["max_model_len"]
     refused = {}
