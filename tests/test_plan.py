@@ -170,8 +170,9 @@ def test_what_design_md_says_of_pass_length_holds_on_the_committed_runs():
     another's: on the random-weight shapes a drafter spreads more than vanilla on the same workload and card; on
     the H200's short passes its spread in seconds grows more slowly than its pass (slope < 1) and the 8B's
     code-greedy drafters wobble by a fixed amount (slope near 0), under 1 % of a pass of GPU_MIN_PASS_SECONDS
-    at its median; on the H100's passes of up to 47 s the same drafters spread 1-3 % at every length (slope
-    near 1: past a few seconds a longer pass divides nothing more); the host-bound SmolLM2's vanilla spreads
+    at its median; on the H100's passes of up to 31 s, on each of its three prompt pools, the same drafters
+    spread 2-5 % (median over cells) at every length (slope near 1: past a few seconds a longer pass divides
+    nothing more); the host-bound SmolLM2's vanilla spreads
     several per cent at every workload; and a committed cell at b has now run a pass that long."""
     from specsweep.config import GPU_MIN_PASS_SECONDS
 
@@ -186,8 +187,10 @@ def test_what_design_md_says_of_pass_length_holds_on_the_committed_runs():
             assert g.slope < 1, g
     greedy = groups[("llama-3.1-8b-dummy", "code-greedy", plan.DRAFTER, "NVIDIA H200")]
     assert abs(greedy.slope) < 0.3 and greedy.sd_s[0] / GPU_MIN_PASS_SECONDS < 0.01
-    steady = groups[("llama-3.1-8b-dummy", "code-greedy", plan.DRAFTER, "NVIDIA H100 80GB HBM3")]
-    assert steady.pass_s[1] > 40 and 0.8 < steady.slope < 1.3 and 0.01 < steady.sd_log[1] <= steady.sd_log[2] < 0.03
+    for pool in ("code-greedy", "code-greedy-b16", "code-greedy-b1"):
+        steady = groups[("llama-3.1-8b-dummy", pool, plan.DRAFTER, "NVIDIA H100 80GB HBM3")]
+        assert 0.7 < steady.slope < 1.3 and 0.015 < steady.sd_log[0] < 0.06, steady
+    assert groups[("llama-3.1-8b-dummy", "code-greedy", plan.DRAFTER, "NVIDIA H100 80GB HBM3")].pass_s[1] > 25
     host = [g for (m, _, arm, _), g in groups.items() if m == "smollm2-135m-instruct" and arm == plan.BASELINE]
     assert host and all(g.sd_log[0] > 0.05 for g in host)
     longest = max(

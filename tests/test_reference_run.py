@@ -56,9 +56,9 @@ RUNS = {
     # suffix's draft limit: vanilla and suffix-deep (tree depth 64) on chat and code, round 1 of 3 only (one engine
     # start each, one boot); the default suffix step not measured yet
     "h200-suffix-depth": ("results/h200-suffix-depth/config.yaml", 6),
-    # group 1 of the steady-state GPU measurements on one H100: the 8B shape's code-greedy at b = 1, 16, 256 and
-    # all at once, round 1 whole, vanilla's and part of ngram's round 2 (19 of 36 measurements)
-    "h100-steady-8b": ("results/h100-steady-8b/config.yaml", 12),
+    # group 1 of the steady-state GPU measurements on one H100, whole: the 8B shape's code-greedy at b = 1, 16
+    # and 256 (a pool of prompts each) and each pool all at once, 54 measurements on 9 engine starts
+    "h100-steady-8b": ("results/h100-steady-8b/config.yaml", 18),
 }
 
 

@@ -267,6 +267,31 @@ def test_prompt_bootstrap_known_answers():
         stats.prompt_bootstrap([[3, 4], [3]], [[2, 2], [2]])
 
 
+def test_prompt_bootstrap_folds_cycles_of_a_pool():
+    """A pass at b runs whole cycles of its pool (request j is prompt j % pool) until its minimum seconds are
+    met, so repeats may list different numbers of cycles (h100-steady-8b's b = 1 ngram cell: 64, 64 and 48
+    requests of a 16-prompt pool). Each prompt brings every request of it: the cycles fold onto the pool's
+    prompts, and the estimate is that of the pooled per-prompt sums."""
+    ks = [1.0 + 0.25 * (i % 9) for i in range(40)]
+    outs, gens = _requests(ks)
+    one = stats.prompt_bootstrap(outs, gens)
+    # 3, 3 and 2 cycles of the same prompts with the same per-prompt tokens: the same point and prompts
+    cyc_outs = [outs[0] * 3, outs[1] * 3, outs[0] * 2]
+    cyc_gens = [gens[0] * 3, gens[1] * 3, gens[0] * 2]
+    point, lo, hi, prompts = stats.prompt_bootstrap(cyc_outs, cyc_gens, pool=40)
+    assert prompts == 40 and point == pytest.approx(one[0]) and lo < point < hi
+    # folded by prompt, not treated as 120 prompts: the interval is the 40-prompt one
+    assert (lo, hi) == pytest.approx(one[1:3])
+    # a prompt's cycles land on it: prompt 0 fast only in cycle 2 moves prompt 0 alone
+    bumped = [list(o) for o in cyc_outs]
+    bumped[0][40] += 10
+    assert stats.prompt_bootstrap(bumped, cyc_gens, pool=40)[0] > point
+    with pytest.raises(SpecsweepError, match="whole cycles of its pool of 40 prompts"):
+        stats.prompt_bootstrap([outs[0] * 2, outs[1][:30]], [gens[0] * 2, gens[1][:30]], pool=40)
+    with pytest.raises(SpecsweepError, match="same prompts"):  # without a pool: one list of prompts a repeat
+        stats.prompt_bootstrap(cyc_outs, cyc_gens)
+
+
 def test_prompt_bootstrap_covers_over_prompt_samples():
     """Prompts drawn from a population with known tokens per decode step: the interval covers it about 95 %
     of the time at 100 prompts (the percentile bootstrap of a ratio; a looser bound for fewer simulations)."""

@@ -444,26 +444,33 @@ def prompt_bootstrap(
     gen_steps: Sequence[Sequence[int | None]],
     seed: int = SEED,
     boots: int = N_BOOT,
+    pool: int | None = None,
 ) -> tuple[float, float, float, int] | None:
     """Tokens per decode step over a cell's requests, sum(output_tokens - 1) / sum(gen_steps - 1) (the first
     token's step is the prefill's; each later step gives 1 + the accepted draft tokens), and its 95 % percentile
     interval from a cluster bootstrap over prompts: each draw resamples prompts with replacement, a prompt
     bringing all its repeats. One list per repeat, in prompt order (the cell JSON's `requests`); a request with
-    gen_steps null or < 1 is left out. Returns (point, lo, hi, prompts), None with fewer than MIN_PROMPTS
-    prompts or no decode step. `boots`: bootstrap draws."""
+    gen_steps null or < 1 is left out. `pool`: for a pass at b, the prompts of its pool, request j being prompt
+    j % pool (engine.pool_record): each repeat lists whole cycles of it, and repeats may have run different
+    numbers of cycles (a pass runs cycles until its minimum seconds are met); a prompt brings every request of
+    it from every repeat. Returns (point, lo, hi, prompts), None with fewer than MIN_PROMPTS prompts or no
+    decode step. `boots`: bootstrap draws."""
     if len(output_tokens) != len(gen_steps) or not output_tokens:
         raise SpecsweepError("requests: one output_tokens and one gen_steps list per repeat")
-    n = len(output_tokens[0])
-    if any(len(o) != n or len(s) != n for o, s in zip(output_tokens, gen_steps, strict=True)):
+    n = pool if pool is not None else len(output_tokens[0])
+    lengths = [(len(o), len(s)) for o, s in zip(output_tokens, gen_steps, strict=True)]
+    if n < 1 or any(lo != ls or (lo % n if pool is not None else lo != n) for lo, ls in lengths):
+        cycles = f"whole cycles of its pool of {pool} prompts" if pool is not None else "the same prompts"
         raise SpecsweepError(
-            f"requests: every repeat must list the same prompts (lengths {[len(o) for o in output_tokens]} "
-            f"output_tokens, {[len(s) for s in gen_steps]} gen_steps)"
+            f"requests: every repeat must list {cycles} (lengths {[lo for lo, _ in lengths]} output_tokens, "
+            f"{[ls for _, ls in lengths]} gen_steps)"
         )
     tok, steps, seen = np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool)
     for outs, gens in zip(output_tokens, gen_steps, strict=True):
-        for i, (o, g) in enumerate(zip(outs, gens, strict=True)):
+        for j, (o, g) in enumerate(zip(outs, gens, strict=True)):
             if g is None or g < 1 or o is None or o < 1:
                 continue
+            i = j % n
             tok[i] += o - 1
             steps[i] += g - 1
             seen[i] = True

@@ -118,7 +118,9 @@ def summary_markdown(
         ):
             verdict += f" (occupancy below {100 * inflight.MIN_OCCUPANCY:.0f} % of b)"
         match = (
-            f"{r['prompts_match_baseline_min']}/{r['prompts']}"
+            # prompts None: its repeats ran different numbers of their pool's cycles (a pass at b runs cycles until
+            # its minimum seconds are met), so no one count of requests stands beside the matched ones
+            f"{r['prompts_match_baseline_min']}/{r['prompts'] if r.get('prompts') is not None else '–'}"
             if r.get("prompts_match_baseline_min") is not None
             else "–"
         )

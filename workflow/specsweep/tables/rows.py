@@ -84,7 +84,10 @@ def cell_rows(
                 row |= {f"{m}_median": stats.median(vals), f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_cv": stats.cv(vals)}
             row["output_tok_s_gm"] = stats.geomean(stats.per_start([r["output_tok_s"] for r in ok], starts))
             reqs = [docs[(*key[:3], _b(b), r["repeat"])].get("requests") for r in ok]
-            row |= prompt_interval(row["K_median"], row["alpha_median"], reqs, cell.key)
+            pools = {_pool_prompts(docs[(*key[:3], _b(b), r["repeat"])]) for r in ok}
+            if len(pools) > 1:
+                raise SpecsweepError(f"cell {cell.key}: its repeats ran over prompt pools of {sorted(map(str, pools))}")
+            row |= prompt_interval(row["K_median"], row["alpha_median"], reqs, cell.key, pools.pop())
             row |= request_speed(reqs)
             for k in ("drafts", "draft_tokens", "accepted"):
                 vals = [r[k] for r in ok]
@@ -156,15 +159,27 @@ def request_speed(requests: list[dict[str, Any] | None]) -> dict[str, Any]:
     return {"request_tok_s_median": stats.median(med), "request_tok_s_p10": stats.median(p10)}
 
 
+def _pool_prompts(doc: dict[str, Any]) -> int | None:
+    """The prompts of the pool a cell's pass at b cycled over (dataset.pool.prompts, engine.pool_record); None
+    for a cell of all prompts at once."""
+    pool = (doc.get("dataset") or {}).get("pool")
+    return int(pool["prompts"]) if isinstance(pool, dict) and pool.get("prompts") is not None else None
+
+
 def prompt_interval(
-    k: float | None, alpha: float | None, requests: list[dict[str, Any] | None], cell: str
+    k: float | None,
+    alpha: float | None,
+    requests: list[dict[str, Any] | None],
+    cell: str,
+    pool: int | None = None,
 ) -> dict[str, Any]:
     """K's and alpha's 95 % interval over prompts, from the repeats' per-request data (the cell JSON's
     `requests`: output_tokens, gen_steps), and the number of prompts resampled. The cluster bootstrap
     (stats.prompt_bootstrap) gives the interval of tokens per decode step; its relative width on the accepted
     part (per-request tokens per decode step - 1) is carried onto K - 1 and alpha, which vLLM's counters give
-    (K = 1 + alpha * mean draft length). No interval (None, K_prompts None) when a repeat lacks per-request data,
-    never a zero-width one."""
+    (K = 1 + alpha * mean draft length). `pool`: the prompts a pass at b cycled over, its repeats perhaps over
+    different numbers of cycles (stats.prompt_bootstrap). No interval (None, K_prompts None) when a repeat lacks
+    per-request data, never a zero-width one."""
     out: dict[str, Any] = {
         "K_lo": None,
         "K_hi": None,
@@ -179,6 +194,7 @@ def prompt_interval(
         got = stats.prompt_bootstrap(
             [r["output_tokens"] for r in requests if r is not None],
             [r["gen_steps"] for r in requests if r is not None],
+            pool=pool,
         )
     except (KeyError, TypeError) as e:
         raise SpecsweepError(f"cell {cell}: its requests block lacks output_tokens or gen_steps ({e})") from e
