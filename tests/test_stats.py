@@ -290,6 +290,9 @@ def test_prompt_bootstrap_folds_cycles_of_a_pool():
         stats.prompt_bootstrap([outs[0] * 2, outs[1][:30]], [gens[0] * 2, gens[1][:30]], pool=40)
     with pytest.raises(SpecsweepError, match="same prompts"):  # without a pool: one list of prompts a repeat
         stats.prompt_bootstrap(cyc_outs, cyc_gens)
+    assert stats.prompt_bootstrap([[]], [[]]) is None  # no requests: no estimate, as before pools
+    with pytest.raises(SpecsweepError, match="a pool of 0 prompts"):
+        stats.prompt_bootstrap(cyc_outs, cyc_gens, pool=0)
 
 
 def test_prompt_bootstrap_covers_over_prompt_samples():

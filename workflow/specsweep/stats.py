@@ -457,9 +457,15 @@ def prompt_bootstrap(
     decode step. `boots`: bootstrap draws."""
     if len(output_tokens) != len(gen_steps) or not output_tokens:
         raise SpecsweepError("requests: one output_tokens and one gen_steps list per repeat")
+    if pool is not None and pool < 1:
+        raise SpecsweepError(f"requests: a pool of {pool} prompts")
     n = pool if pool is not None else len(output_tokens[0])
     lengths = [(len(o), len(s)) for o, s in zip(output_tokens, gen_steps, strict=True)]
-    if n < 1 or any(lo != ls or (lo % n if pool is not None else lo != n) for lo, ls in lengths):
+
+    def listed(m: int) -> bool:  # whole cycles of the pool, else the same prompts as the first repeat
+        return m % n == 0 if pool is not None else m == n
+
+    if any(lo != ls or not listed(lo) for lo, ls in lengths):
         cycles = f"whole cycles of its pool of {pool} prompts" if pool is not None else "the same prompts"
         raise SpecsweepError(
             f"requests: every repeat must list {cycles} (lengths {[lo for lo, _ in lengths]} output_tokens, "

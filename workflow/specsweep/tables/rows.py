@@ -64,7 +64,8 @@ def cell_rows(
             "error": failed[0]["error"] if failed else None,
         }
         if ok:
-            conds = [same_cell_conditions(docs[(*key[:3], _b(b), r["repeat"])]) for r in ok]
+            repeat_docs = [docs[(*key[:3], _b(b), r["repeat"])] for r in ok]
+            conds = [same_cell_conditions(d) for d in repeat_docs]
             diff = sorted(k for k in conds[0] if any(c[k] != conds[0][k] for c in conds[1:]))
             if diff:
                 mismatches.append({"cell": _label(*key), "between": "repeats", "fields": diff})
@@ -83,8 +84,8 @@ def cell_rows(
                     lo = hi = None
                 row |= {f"{m}_median": stats.median(vals), f"{m}_lo": lo, f"{m}_hi": hi, f"{m}_cv": stats.cv(vals)}
             row["output_tok_s_gm"] = stats.geomean(stats.per_start([r["output_tok_s"] for r in ok], starts))
-            reqs = [docs[(*key[:3], _b(b), r["repeat"])].get("requests") for r in ok]
-            pools = {_pool_prompts(docs[(*key[:3], _b(b), r["repeat"])]) for r in ok}
+            reqs = [d.get("requests") for d in repeat_docs]
+            pools = {_pool_prompts(d) for d in repeat_docs}
             if len(pools) > 1:
                 raise SpecsweepError(f"cell {cell.key}: its repeats ran over prompt pools of {sorted(map(str, pools))}")
             row |= prompt_interval(row["K_median"], row["alpha_median"], reqs, cell.key, pools.pop())
@@ -160,10 +161,10 @@ def request_speed(requests: list[dict[str, Any] | None]) -> dict[str, Any]:
 
 
 def _pool_prompts(doc: dict[str, Any]) -> int | None:
-    """The prompts of the pool a cell's pass at b cycled over (dataset.pool.prompts, engine.pool_record); None
-    for a cell of all prompts at once."""
-    pool = (doc.get("dataset") or {}).get("pool")
-    return int(pool["prompts"]) if isinstance(pool, dict) and pool.get("prompts") is not None else None
+    """The prompts of the pool a cell's pass at b cycled over (dataset.pool.prompts, engine.pool_record, checked
+    by cells.load); None for a cell of all prompts at once."""
+    pool = doc["dataset"].get("pool")
+    return None if pool is None else int(pool["prompts"])
 
 
 def prompt_interval(
