@@ -254,3 +254,20 @@ def test_suffix_cache_after_warmup_is_hashed_only_where_it_changes_a_measurement
         assert same == (method != "suffix"), cell
     with pytest.raises(SpecsweepError, match="suffix_cache_after_warmup"):
         build_study(_set(paper_cfg, "suffix_cache_after_warmup", "drop"))
+
+
+def test_engine_warmup_is_hashed_and_keyed_only_when_on(paper_cfg):
+    """`engine_warmup_prompts`: 0 (the default) adds nothing to a cell's settings or its engine's key, so the
+    committed runs' hashes and keys stay; on, every cell's settings and engine key carry it."""
+    from specsweep.engine import engine_identity, engine_key
+    from specsweep.jsonio import sha256_obj
+
+    off = build_study(copy.deepcopy(paper_cfg))
+    on = build_study(_set(paper_cfg, "engine_warmup_prompts", 2))
+    assert off.raw["engine_warmup_prompts"] == 0
+    for cell in off.cells[:12]:
+        assert "engine_warmup_prompts" not in off.cell_settings(cell)
+        assert on.cell_settings(cell)["engine_warmup_prompts"] == 2
+        assert sha256_obj(off.cell_settings(cell)) != sha256_obj(on.cell_settings(cell))
+        assert "engine_warmup_prompts" not in engine_identity(off, cell, "m", 1)
+        assert engine_key(engine_identity(off, cell, "m", 1)) != engine_key(engine_identity(on, cell, "m", 1))

@@ -123,13 +123,15 @@ def test_reused_engine_measures_like_a_fresh_one_in_a_fresh_interpreter(setup, m
 
 def test_repeats_share_one_engine_when_the_config_says_so(setup, tmp_path, monkeypatch):
     """engine_per_repeat: false: both repeats of a cell are measured by one engine host, one after the other,
-    with the caches reset between them, so the second repeat drafts exactly what the first did."""
+    with the caches reset between them, so the second repeat drafts exactly what the first did. The engine warms
+    itself up once before its first cell (engine_warmup_prompts: 2, recorded on that cell only), and what the
+    warm-up left is reset as between cells: the first repeat drafts what the second does."""
     from specsweep import enginehost, paths
     from specsweep.runner import run_cell
 
     study0, files, model = setup
     cfg = yaml.safe_load(yaml.safe_dump(study0.raw))
-    cfg |= {"repeats": 2, "engine_per_repeat": False}
+    cfg |= {"repeats": 2, "engine_per_repeat": False, "engine_warmup_prompts": 2}
     cfg["groups"] = {"g": {"models": [MODEL], "workloads": ["code"], "configs": ["suffix"]}}
     cfg_path = tmp_path / "shared.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
@@ -146,6 +148,9 @@ def test_repeats_share_one_engine_when_the_config_says_so(setup, tmp_path, monke
     assert (one["repeat"], two["repeat"]) == (1, 2)
     assert one["engine"]["key"] == two["engine"]["key"] and one["engine"]["host_pid"] == two["engine"]["host_pid"]
     assert (one["engine"]["position"], two["engine"]["position"]) == (1, 2)
+    assert one["engine"]["engine_warmup"]["prompts"] == 2 and one["engine"]["engine_warmup"]["seconds"] > 0
+    assert "engine_warmup" not in two["engine"]
+    assert one["settings"]["engine_warmup_prompts"] == 2
     assert two["engine"]["resets"]["suffix_responses_evicted"] > 0  # repeat 1's responses were evicted
     assert one["outputs"] == two["outputs"] and one["spec"]["drafts"] == two["spec"]["drafts"]
     assert (tmp_path / "results" / study.run / "cells" / MODEL / "code" / "suffix" / "r2.json").is_file()

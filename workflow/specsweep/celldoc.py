@@ -88,7 +88,8 @@ def pass_fields(
             "memory_after_start": engine.memory_after_start,
             "resets": raw["resets"],
             "identity_sha256": sha256_obj(engine.identity),
-        },
+        }
+        | ({"engine_warmup": raw["engine_warmup"]} if raw.get("engine_warmup") else {}),
         "timing": {
             "engine_start_s": engine.engine_start_s if first else 0.0,
             "warmup_s": raw["warmup_s"],

@@ -102,6 +102,7 @@ def engine_identity(study: Study, cell: Cell, model: str, repeat: int) -> dict[s
     }
     if study.mode(cell.step) == "serve":  # vLLM's server (specsweep.serve); offline engines keep their keys
         identity["mode"] = "serve"
+    identity |= study.engine_warmup_setting()  # an engine warmed otherwise is another engine; off: keys unchanged
     return identity
 
 
@@ -225,6 +226,12 @@ def reset_caches(llm: Any, speculative_method: str | None) -> dict[str, Any]:
     return {"done": list(RESETS), "suffix_responses_evicted": evicted, "reset_s": time.perf_counter() - t0}
 
 
+#: The prefix-cache salt of an engine's own warm-up requests (config engine_warmup_prompts).
+ENGINE_WARMUP_SALT = "specsweep-engine-warmup"
+#: At most this many tokens per engine warm-up request: enough decode steps for the first drafts and
+#: verifications (the n-gram proposer's first real batch), a fraction of a timed request's cost.
+ENGINE_WARMUP_MAX_TOKENS = 16
+
 #: The prefix-cache salt of a repeated prompt in cycle c >= 1 of a pass (vLLM hashes a request's cache_salt into
 #: its first KV block's key, so no block of an earlier cycle, nor of another cycle, serves it).
 CYCLE_SALT = "specsweep-cycle-{cycle}"
@@ -344,8 +351,6 @@ class Engine(EngineBase):
         self.measured += 1
         position = self.measured
         method = self.study.ladder[self.step].method
-        resets = reset_caches(llm, None if method == "none" else method)
-
         tokenizer = llm.get_tokenizer()
         use_chat = uses_chat(self.spec, tokenizer)
 
@@ -373,6 +378,25 @@ class Engine(EngineBase):
                 f"workload {cell.workload}: a prompt plus its max_tokens is {longest} tokens, "
                 f"over engine.max_model_len {max_len}"
             )
+
+        engine_warmup = None
+        n_engine_warm = self.study.engine_warmup_setting().get("engine_warmup_prompts", 0)
+        if position == 1 and n_engine_warm:
+            # the engine's own warm-up, once, before its first cell: the first prompts of that cell's pool,
+            # salted so that no block of theirs serves a timed request, then the reset below, as between cells
+            warm = encode_prompts(tokenizer, wl["prompts"][:n_engine_warm], use_chat)
+            warm_lim = [
+                min(m, ENGINE_WARMUP_MAX_TOKENS)
+                for m in request_max_tokens(tokenizer, wl["prompts"][:n_engine_warm], warm, max_len)
+            ]
+            t0 = time.perf_counter()
+            llm.generate(
+                [TokensPrompt(prompt_token_ids=i, cache_salt=ENGINE_WARMUP_SALT) for i in warm],
+                params(warm_lim),
+                use_tqdm=False,
+            )
+            engine_warmup = {"prompts": len(warm), "seconds": time.perf_counter() - t0}
+        resets = reset_caches(llm, None if method == "none" else method)
 
         t1 = time.perf_counter()
         if warm_ids:
@@ -478,6 +502,7 @@ class Engine(EngineBase):
             "driver": sampler.driver if sampler.available else None,
             "gpu_uuids": sampler.uuids if sampler.available else None,
             "position": position,
+            "engine_warmup": engine_warmup,
             "resets": resets,
             "effective": effective_settings(llm),
             "concurrency": inflight.concurrency_block(observer.steps, b, steady),
