@@ -258,7 +258,8 @@ def test_suffix_cache_after_warmup_is_hashed_only_where_it_changes_a_measurement
 
 def test_engine_warmup_is_hashed_and_keyed_only_when_on(paper_cfg):
     """`engine_warmup_prompts`: 0 (the default) adds nothing to a cell's settings or its engine's key, so the
-    committed runs' hashes and keys stay; on, every cell's settings and engine key carry it."""
+    committed runs' hashes and keys stay; on, every offline cell's settings and engine key carry it, and no
+    served cell's (vLLM's benchmark client warms the server)."""
     from specsweep.engine import engine_identity, engine_key
     from specsweep.jsonio import sha256_obj
 
@@ -271,3 +272,5 @@ def test_engine_warmup_is_hashed_and_keyed_only_when_on(paper_cfg):
         assert sha256_obj(off.cell_settings(cell)) != sha256_obj(on.cell_settings(cell))
         assert "engine_warmup_prompts" not in engine_identity(off, cell, "m", 1)
         assert engine_key(engine_identity(off, cell, "m", 1)) != engine_key(engine_identity(on, cell, "m", 1))
+    served = build_study(_set(_set(paper_cfg, "engine_warmup_prompts", 2), "mode", "serve"))
+    assert all("engine_warmup_prompts" not in served.cell_settings(c) for c in served.cells[:12])

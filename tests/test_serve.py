@@ -57,7 +57,6 @@ def test_serve_mode_hashes_its_settings_and_leaves_offline_cells_alone(smoke_cfg
         ({"mode": "serve", "serve": {"baseline": "ngram"}}, "serve.baseline: 'ngram' is speculative"),
         ({"serve": {"request_rate": 0}}, "serve.request_rate"),
         ({"ladder.ngram.mode": "online"}, "ladder.ngram.mode"),
-        ({"mode": "serve", "engine_warmup_prompts": 2}, "engine_warmup_prompts: 2, but ladder.vanilla is mode serve"),
         ({"engine_warmup_prompts": -1}, "engine_warmup_prompts"),
     ],
 )

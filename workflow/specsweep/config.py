@@ -401,7 +401,7 @@ class Study:
             self.suffix_cache_setting(cell)
             | self.draft_setting(cell)
             | self.serve_setting(cell)
-            | self.engine_warmup_setting()
+            | self.engine_warmup_setting(cell)
         )
         return {
             "model": {k: v for k, v in model.__dict__.items() if not (k in _LATER_MODEL_KEYS and v is None)},
@@ -438,11 +438,12 @@ class Study:
         goodput = {k: v for k, v in sorted((srv.get("goodput") or {}).items()) if v is not None}
         return {"mode": "serve", "serve": {"request_rate": srv.get("request_rate"), "goodput_ms": goodput}}
 
-    def engine_warmup_setting(self) -> dict[str, int]:
+    def engine_warmup_setting(self, cell: Cell) -> dict[str, int]:
         """The engine's own warm-up before its first cell (config `engine_warmup_prompts`), where it is hashed:
-        only when on, so the settings (and engine keys) of cells measured without it are unchanged."""
+        only when on and only for an offline cell (a served cell's server is warmed by vLLM's benchmark client),
+        so the settings (and engine keys) of every other cell are unchanged."""
         n = int(self.raw.get("engine_warmup_prompts") or 0)
-        return {"engine_warmup_prompts": n} if n else {}
+        return {"engine_warmup_prompts": n} if n and self.mode(cell.step) != "serve" else {}
 
     def suffix_cache_setting(self, cell: Cell) -> dict[str, str]:
         """What a suffix cell's drafter may draft from after the warm-up, where it is hashed: only for suffix
@@ -754,13 +755,6 @@ def _check_serve(study: Study, source: str) -> None:
             raise SpecsweepError(f"{source}: serve.baseline: '{serve_base}' is an offline step; it must be mode: serve")
         if study.ladder[serve_base].speculative:
             raise SpecsweepError(f"{source}: serve.baseline: '{serve_base}' is speculative; the baseline must not be")
-    if study.engine_warmup_setting() and any(study.mode(name) == "serve" for name in study.ladder):
-        served = next(name for name in study.ladder if study.mode(name) == "serve")
-        raise SpecsweepError(
-            f"{source}: engine_warmup_prompts: {study.raw['engine_warmup_prompts']}, but ladder.{served} is mode "
-            "serve, whose server specsweep does not warm (vLLM's benchmark client sends its own warm-up); set it "
-            "to 0 or measure offline"
-        )
     for name in study.ladder:
         base = study.baseline_of(name)
         if study.mode(name) != study.mode(base):

@@ -102,7 +102,7 @@ def engine_identity(study: Study, cell: Cell, model: str, repeat: int) -> dict[s
     }
     if study.mode(cell.step) == "serve":  # vLLM's server (specsweep.serve); offline engines keep their keys
         identity["mode"] = "serve"
-    identity |= study.engine_warmup_setting()  # an engine warmed otherwise is another engine; off: keys unchanged
+    identity |= study.engine_warmup_setting(cell)  # an engine warmed otherwise is another engine; off: keys unchanged
     return identity
 
 
@@ -380,7 +380,7 @@ class Engine(EngineBase):
             )
 
         engine_warmup = None
-        n_engine_warm = self.study.engine_warmup_setting().get("engine_warmup_prompts", 0)
+        n_engine_warm = self.study.engine_warmup_setting(cell).get("engine_warmup_prompts", 0)
         if position == 1 and n_engine_warm:
             # the engine's own warm-up, once, before its first cell: the first prompts of that cell's pool,
             # salted so that no block of theirs serves a timed request, then the reset below, as between cells
