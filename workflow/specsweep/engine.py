@@ -384,11 +384,8 @@ class Engine(EngineBase):
         if position == 1 and n_engine_warm:
             # the engine's own warm-up, once, before its first cell: the first prompts of that cell's pool,
             # salted so that no block of theirs serves a timed request, then the reset below, as between cells
-            warm = encode_prompts(tokenizer, wl["prompts"][:n_engine_warm], use_chat)
-            warm_lim = [
-                min(m, ENGINE_WARMUP_MAX_TOKENS)
-                for m in request_max_tokens(tokenizer, wl["prompts"][:n_engine_warm], warm, max_len)
-            ]
+            warm = pool_ids[:n_engine_warm]
+            warm_lim = [min(m, ENGINE_WARMUP_MAX_TOKENS) for m in timed_max[:n_engine_warm]]
             t0 = time.perf_counter()
             llm.generate(
                 [TokensPrompt(prompt_token_ids=i, cache_salt=ENGINE_WARMUP_SALT) for i in warm],
