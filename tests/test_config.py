@@ -235,6 +235,15 @@ def test_a_group_can_take_one_concurrency_of_a_workload_alone(smoke_cfg):
     }
     with pytest.raises(SpecsweepError, match="cell smollm2-135m-instruct/code@b4/vanilla is also in group g"):
         build_study(copy.deepcopy(cfg))
+    # `code@all`: the cell of all prompts at once without code's b; beside `code@b4` in another group, no clash
+    cfg["groups"]["g"]["workloads"] = ["code@all"]
+    assert [c.key for c in build_study(copy.deepcopy(cfg)).cells] == [
+        "smollm2-135m-instruct/code/vanilla",
+        "smollm2-135m-instruct/code@b4/vanilla",
+    ]
+    cfg["groups"]["g"]["workloads"] = ["cod@all"]
+    with pytest.raises(SpecsweepError, match=r"groups.g.workloads: unknown workload 'cod@all'"):
+        build_study(copy.deepcopy(cfg))
 
 
 def test_suffix_cache_after_warmup_is_hashed_only_where_it_changes_a_measurement(paper_cfg):

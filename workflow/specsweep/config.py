@@ -831,6 +831,19 @@ def group_steps_key(group: dict[str, Any]) -> str:
     return "configs" if "configs" in group else "steps"
 
 
+#: A group's workload `NAME@all`: the workload's cell of all prompts at once, without its concurrency cells.
+ALL_ONLY = "@all"
+
+
+def group_workload(item: str) -> tuple[str, int | None, bool]:
+    """A group's workload entry -> (the config's workload, the one b it takes or None, whether it takes only the
+    cell of all prompts at once): `code`, `code@b4`, `code@all`."""
+    if item.endswith(ALL_ONLY):
+        return item[: -len(ALL_ONLY)], None, True
+    base, b = split_workload(item)
+    return base, b, False
+
+
 def _expand(study: Study, source: str) -> None:
     for gname, g in study.raw["groups"].items():
         steps = group_steps_key(g)
@@ -841,7 +854,7 @@ def _expand(study: Study, source: str) -> None:
         ):
             seen: set[str] = set()
             for item in g[axis]:
-                base, b = split_workload(item) if axis == "workloads" else (item, None)
+                base, b, _ = group_workload(item) if axis == "workloads" else (item, None, False)
                 if base not in known:
                     raise SpecsweepError(
                         f"{source}: groups.{gname}.{axis}: unknown {what} '{item}' (known: {', '.join(known)})"
@@ -857,12 +870,12 @@ def _expand(study: Study, source: str) -> None:
                 seen.add(item)
         for m in g["models"]:
             for w in g["workloads"]:
-                base, only = split_workload(w)
+                base, only, all_only = group_workload(w)
                 # a workload takes its own cell (all prompts at once) and one per concurrency it lists; `code@b1`
-                # in a group takes that one cell alone
-                bs = study.concurrency.get(base, ()) if only is None else (only,)
+                # in a group takes that one cell alone, `code@all` the cell of all prompts at once alone
+                bs = () if all_only else study.concurrency.get(base, ()) if only is None else (only,)
                 for c in g[steps]:
-                    wanted = [] if only is not None else [Cell(m, w, c)]
+                    wanted = [] if only is not None else [Cell(m, base, c)]
                     for b in bs:
                         i = study.concurrency[base].index(b)
                         _check_concurrency(study, Cell(m, base, c), b, f"{source}: workloads.{base}.concurrency[{i}]")
