@@ -485,10 +485,11 @@ def left_out_by_config(study: Any) -> dict[str, str]:
     if study.repeats < 2 and not study.raw.get("r_at_scale_runs"):
         # figure 8 draws no R from a single repeat, and this run's R can come from nothing else
         out.setdefault(R_AT_SCALE_FIGURE, "R only from single repeats (the run has repeats: 1)")
-    if len(study.models) < 2:
-        out.setdefault("fig5_model_size", f"{ONE_MODEL}: {', '.join(study.models)}")
+    measured = [m for m in study.models if any(c.model == m for c in study.cells)]  # a model no group takes: none
+    if len(measured) < 2:
+        out.setdefault("fig5_model_size", f"{ONE_MODEL}: {', '.join(measured)}")
         if not study.raw.get("r_at_scale_runs"):  # figure 8 also draws other runs' models where the config names them
-            out.setdefault(R_AT_SCALE_FIGURE, f"{ONE_MODEL}: {', '.join(study.models)}")
+            out.setdefault(R_AT_SCALE_FIGURE, f"{ONE_MODEL}: {', '.join(measured)}")
     if getattr(study, "serves", False):
         points: dict[tuple[str, str, str], set[int | None]] = {}
         for c in study.cells:
