@@ -468,6 +468,51 @@ def test_a_cpu_run_decides_no_claim_and_answers_its_own_question():
     assert cpu["verdict"] == "refuted" and "11 of 12 planned measurements ok" in cpu["evidence"]
 
 
+def _size_rows(small_ngram: float, large_ngram: float, spread: float = 0.02) -> list[dict]:
+    """Engine starts of code x (vanilla, ngram) on the CPU demo's two models: vanilla at 60 (SmolLM2) and 50
+    (Gemma) tok/s, ngram `small_ngram` and `large_ngram` times that, every cell's 4 starts `spread` apart, the
+    drafter's step time its tok/s at T = 1.5 tokens a step."""
+    rows = []
+    for model, base, gain in (("smollm2-135m-instruct", 60.0, small_ngram), ("gemma3-270m", 50.0, large_ngram)):
+        for step, tok in (("vanilla", base), ("ngram", base * gain)):
+            vals = [tok * (1 + spread * f) for f in (-1.5, -0.5, 0.5, 1.5)]
+            t = 1.0 if step == "vanilla" else 1.5
+            for r in _runs(model, "code", step, vals):
+                rows.append(r | {"step_time_ms": 1000.0 * t / r["output_tok_s"], "_start": f"{model}-{r['_start']}"})
+    return rows
+
+
+def test_a_cpu_run_asks_the_size_scaling_of_its_own_two_models():
+    """CPU-size and CPU-R: the larger model's speedup and R over the smaller's, decided from the four cells'
+    engine starts; one model size says so; a ratio near 1 stays undecided and states the estimate it needed."""
+    study = build_study(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
+    small, large = "smollm2-135m-instruct", "gemma3-270m"
+
+    def decide(small_gain: float, large_gain: float) -> dict[str, dict]:
+        sp = [
+            _sp(0.135, "ngram", "ngram", "faster", small_gain, model=small, baseline="vanilla"),
+            _sp(0.268, "ngram", "ngram", "faster", large_gain, model=large, baseline="vanilla"),
+        ]
+        return _by_id(claims.decide(study, [], sp, _size_rows(small_gain, large_gain)))
+
+    # the CPU's own finding: the larger model gains less (1.47 against 1.8), and its R is larger
+    got = decide(1.8, 1.47)
+    assert got["CPU-size"]["verdict"] == "refuted", got["CPU-size"]["evidence"]
+    assert "code/ngram gemma3-270m over smollm2-135m-instruct: speedup 0.817" in got["CPU-size"]["evidence"]
+    assert got["CPU-R"]["verdict"] == "refuted", got["CPU-R"]["evidence"]
+    # the article's direction: the larger gains more, its R smaller
+    got = decide(1.3, 1.8)
+    assert got["CPU-size"]["verdict"] == "confirmed" and got["CPU-R"]["verdict"] == "confirmed"
+    # a ratio of 1.02: inside the band's reach either way, undecided with the estimate a decision needed
+    got = decide(1.5, 1.53)
+    assert got["CPU-size"]["verdict"] == "undecided"
+    assert "power: the widest interval reaches a factor" in got["CPU-size"]["evidence"]
+    # one model size: nothing to compare
+    one = [_sp(0.135, "ngram", "ngram", "faster", 1.8, model=small, baseline="vanilla")]
+    got = _by_id(claims.decide(study, [], one, _size_rows(1.8, 1.47)))
+    assert got["CPU-size"]["verdict"] == claims.NOT_COVERED and "1 size" not in got["CPU-size"]["evidence"]
+
+
 def _k_cell(model: str, workload: str, step: str, method: str, k: float, k_lo: float, k_hi: float) -> dict:
     return _cell(model, workload, step, method=method, K_median=k, K_lo=k_lo, K_hi=k_hi)
 

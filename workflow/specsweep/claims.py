@@ -38,7 +38,9 @@ claim every cell must confirm is an intersection-union test and needs no correct
 article's claims (a 135M model on a few CPU cores is not the article's regime: `not decidable on CPU`); it
 answers its own question instead, entry `CPU`: does the pipeline work end to end (every planned measurement
 ok) and do its own repeats agree (the between-start CV of tok/s, pooled over its cells, is at most CPU_CV_MAX
-with 95 % confidence: stats.spread_ci).
+with 95 % confidence: stats.spread_ci), and the article's scaling with model size asked of the CPU's own cells,
+entries `CPU-size` (a larger model's speedup over a smaller's, same drafter and workload) and `CPU-R` (its R
+over the smaller's), wherever two real-weight sizes measured one drafter cell.
 
 Cells of `weights: dummy` models (random weights) measure step time, never acceptance: they enter C6 (R0)
 only; the other claims say "random weights" where only such cells exist.
@@ -53,6 +55,7 @@ The conditional acceptance curve (accepted at i / accepted at i-1) says why: Lev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -73,6 +76,8 @@ LABELS = {
     "C7": "chat K > sonnet K",
     "C8": "models >= 14B are net-positive with trident",
     "CPU": "the pipeline works end to end and its own repeats agree (the CPU profile's question)",
+    "CPU-size": "a larger model gains more from a drafter (the article's scaling of speedup with size), on CPU",
+    "CPU-R": "a larger model's R is smaller (the article's scaling of R with size), on CPU",
 }
 NOT_COVERED = "not covered by this run"
 NOT_ON_CPU = "not decidable on CPU"
@@ -125,6 +130,14 @@ RULES = {
     "mean answer tokens of both are stated beside it)",
     "C8": "confirmed when every trident cell of a model >= 14B is `faster`; refuted when any is `slower` or "
     "`equivalent` with its interval at the family-wise level (1 - 0.05 / m over the m cells); else undecided",
+    "CPU-size": "per drafter cell (workload, ladder step, all prompts at once) that two real-weight model sizes of "
+    "the run share: the larger model's speedup over the smaller's, with the 95 % Welch interval of that ratio over "
+    "the four cells' engine starts (stats.welch_log_contrast); confirmed when every interval lies above 1 + b, "
+    "refuted when any lies below 1 - b at the family-wise level (1 - 0.05 / m over the m pairs), else undecided, "
+    "with the ratio the widest interval needed to decide (b: the verdict band)",
+    "CPU-R": "as CPU-size, on R (a cell's step time over its baseline's): the larger model's R over the smaller's; "
+    "confirmed when every interval lies below 1 - b, refuted when any lies above 1 + b at the family-wise level, "
+    "else undecided, with the ratio the widest interval needed to decide",
     "CPU": "confirmed when every planned measurement is ok and the 95 % interval of the between-start CV of "
     f"tok/s, pooled over all cells (chi-square on the pooled log variance), lies at or below {CPU_CV_MAX:.0%}; "
     "refuted when a measurement failed or is missing, or the interval lies wholly above it; else undecided",
@@ -540,6 +553,82 @@ def decide(
         for c in out:
             _not_on_cpu(c)
         out.append(_cpu(study, crow if every_cell is None else every_cell, rows))
+        out += _cpu_sizes(study, r_sp, dummy, fam)
+    return out
+
+
+#: The size entries of a CPU run: (entry, metric per engine start, the direction the article's scaling says).
+SIZE_ENTRIES: tuple[tuple[str, str, str, str], ...] = (
+    ("CPU-size", "output_tok_s", "speedup", "above"),
+    ("CPU-R", "step_time_ms", "R", "below"),
+)
+
+
+def _cpu_sizes(study: Study, sp: list[dict[str, Any]], dummy: set[str], fam: Family) -> list[dict[str, Any]]:
+    """The CPU run's size entries (SIZE_ENTRIES, rules in RULES): each pair of real-weight model sizes that
+    measured one drafter cell at the same workload (all prompts at once), the larger's speedup (or R) over the
+    smaller's, from the four cells' engine starts."""
+    sized = {
+        m: float(spec.params_b) for m, spec in study.models.items() if m not in dummy and spec.params_b is not None
+    }
+    by_cell: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in sp:
+        if r["model"] in sized and r["status"] in ("ok", "partial") and r["speedup"] is not None:
+            by_cell.setdefault((r["workload"], r["config"]), {})[r["model"]] = r
+    pairs = []
+    for (workload, config), got in sorted(by_cell.items()):
+        models = sorted(got, key=lambda m: (sized[m], m))
+        pairs += [
+            (workload, config, got[small], got[large])
+            for i, small in enumerate(models)
+            for large in models[i + 1 :]
+            if sized[large] > sized[small]
+        ]
+    out = []
+    for cid, metric, what, want in SIZE_ENTRIES:
+        if not pairs:
+            why = f"no drafter cell measured on two real-weight model sizes ({len(sized)} size(s) in the run)"
+            out.append(_claim(cid, NOT_COVERED, why, []))
+            continue
+        m = len(pairs)
+        ev, verdicts, used, halfs = [], [], [], []
+        for workload, config, small, large in pairs:
+            band = float(large.get("band") or stats.BAND)
+
+            def starts(r: dict[str, Any], step: Any, metric: str = metric) -> list[float]:
+                return fam.starts(metric, r["model"], r["workload"], step, r.get("concurrency"))
+
+            groups = (
+                [starts(large, config), starts(small, large.get("baseline"))],
+                [starts(large, large.get("baseline")), starts(small, config)],
+            )
+            point, lo, hi = stats.welch_log_contrast(*groups)
+            _, flo, fhi = stats.welch_log_contrast(*groups, level=1 - 0.05 / m)
+            used += [_name(large), _name(small)]
+            name = f"{workload}/{config} {large['model']} over {small['model']}"
+            if point is None or lo is None or hi is None or flo is None or fhi is None:
+                ev.append(f"{name}: fewer than 2 engine starts on a side, or all starts identical")
+                verdicts.append("undecided")
+                continue
+            halfs.append((math.log(hi / lo) / 2, band))
+            ev.append(f"{name}: {what} {_iv(point, lo, hi, 3)}")
+            above, below = lo > 1 + band, hi < 1 - band
+            wrong = fhi < 1 - band if want == "above" else flo > 1 + band
+            if above if want == "above" else below:
+                verdicts.append("confirmed")
+            elif wrong:
+                verdicts.append("refuted")
+            else:
+                verdicts.append("undecided")
+        verdict = _combine(verdicts)
+        if verdict not in ("confirmed", "refuted") and halfs:
+            h, band = max(halfs)
+            ev.append(
+                f"power: the widest interval reaches a factor {math.exp(h):.3f} either side of its estimate, so "
+                f"only an estimate above {(1 + band) * math.exp(h):.3f} or below {(1 - band) / math.exp(h):.3f} "
+                "decides"
+            )
+        out.append(_claim(cid, verdict, "; ".join(ev), sorted(set(used))))
     return out
 
 

@@ -311,6 +311,27 @@ def welch_log_ci(
     return math.exp(diff - half), math.exp(diff + half)
 
 
+def welch_log_contrast(
+    plus: Sequence[Sequence[float | None]], minus: Sequence[Sequence[float | None]], level: float = LEVEL
+) -> tuple[float | None, float | None, float | None]:
+    """The product of the geometric means of `plus` over that of `minus` (each group one value per engine start,
+    all > 0; e.g. one speedup over another: (a_spec, b_base) over (a_base, b_spec)) with its `level` Welch
+    interval: the sum of the groups' mean logs (signed), its variance the sum of theirs over n, its degrees of
+    freedom Welch-Satterthwaite's. (None, None, None) when a group has fewer than 2 starts or a value <= 0;
+    the interval None when every group's starts agree exactly."""
+    groups = [(1.0, _clean(g)) for g in plus] + [(-1.0, _clean(g)) for g in minus]
+    if not groups or any(a.size < 2 or not _log_scale(a) for _, a in groups):
+        return None, None, None
+    est = sum(sign * float(np.log(a).mean()) for sign, a in groups)
+    parts = [(float(np.log(a).var(ddof=1)) / a.size, a.size - 1) for _, a in groups]
+    se2 = sum(v for v, _ in parts)
+    if se2 == 0.0:
+        return math.exp(est), None, None
+    df = se2**2 / sum(v**2 / d for v, d in parts)
+    half = t_quantile(1 - (1 - level) / 2, round(df, 9)) * math.sqrt(se2)
+    return math.exp(est), math.exp(est - half), math.exp(est + half)
+
+
 def ratio_ci(
     num: Sequence[float | None], den: Sequence[float | None], seed: int = SEED
 ) -> tuple[float | None, float | None, float | None]:
