@@ -45,3 +45,4 @@ rule all:
         cell_paths(),
         table_paths(),
         figure_paths(),
+        crossmodel_paths(),

@@ -200,6 +200,25 @@ for _damaged, _aside in set_aside_damaged(
     )
 
 
+def crossmodel_paths() -> list[str]:
+    """The advisor across models (`specsweep validate --cross-model`), when two of the run's models measure a
+    drafter at the same workload, ladder step and b: results/RUN/validation-crossmodel/, each model's speedups
+    predicted with the other's R."""
+    seen: dict[tuple, set[str]] = {}
+    for c in STUDY.cells:
+        if c.step != STUDY.baseline:
+            seen.setdefault((c.base_workload, c.concurrency, c.step), set()).add(
+                c.model
+            )
+    if not any(len(models) > 1 for models in seen.values()):
+        return []
+    out = paths.run_dir(RUN) / "validation-crossmodel"
+    return [
+        str(out / f)
+        for f in ("validate-crossmodel.parquet", "validate-crossmodel.md", MANIFEST)
+    ]
+
+
 def k_ref_paths() -> list[str]:
     """The tables figure 8 takes K from (config predict_k_from) and R from (r_at_scale_runs), other runs'."""
     ref = STUDY.raw.get("predict_k_from")

@@ -40,6 +40,26 @@ rule render_figures:
         "{params.cli} figures --config {params.config:q} --tables {params.tables:q} --out {params.out:q} > {log:q} 2>&1"
 
 
+# The advisor tested on a model it was not fitted to: each model's speedups predicted with another model's R at
+# the same workload, ladder step and b (only where two models measured one; crossmodel_paths).
+rule validate_crossmodel:
+    input:
+        table_paths(),
+    output:
+        crossmodel_paths(),
+    log:
+        paths.run_log(RUN, "validate-crossmodel"),
+    localrule: True
+    conda:
+        CONDA_ENV
+    params:
+        cli=SPECSWEEP,
+        run=RUN,
+        out=lambda wc, output: os.path.dirname(output[0]),
+    shell:
+        "{params.cli} validate --run {params.run:q} --cross-model --out {params.out:q} > {log:q} 2>&1"
+
+
 # `snakemake figures`: tables and figures from the cells that exist now (missing ones are listed, not drawn).
 # It has no inputs on purpose: it never schedules a cell (nor what a cell is made from).
 rule figures:
