@@ -336,20 +336,24 @@ def test_a_panel_without_data_is_left_out(tmp_path):
 def test_a_run_measured_only_at_concurrencies_plans_figure_9_alone():
     """Figures 1-8 draw the cells of all prompts at once; a run whose groups take only cells at a concurrency b
     (code@b2 and code@b4) plans figure 9 alone and says why for each other figure, so the workflow never waits
-    for a figure the render leaves out. The CPU demo measures both: every figure but the two drawn against model
-    size (one model) is planned."""
+    for a figure the render leaves out. The CPU demo measures both, on two model sizes: every figure is planned;
+    with its second model left out, all but the two drawn against model size."""
     import yaml
 
     from specsweep.config import build_study, load_study
     from specsweep.view import left_out_by_config, planned_figures
 
     demo = load_study(ROOT / "config" / "smoke.yaml")
-    assert {c.workload for c in demo.cells} == {"sonnet", "chat", "code", "code@b2", "code@b4"}
-    assert set(left_out_by_config(demo)) == {"fig5_model_size", "fig8_r_at_scale"}
-    assert planned_figures(demo) == [
+    assert {c.workload for c in demo.cells} == {"sonnet", "chat", "code", "code@b4"}
+    assert {c.model for c in demo.cells if c.workload == "code"} == {"smollm2-135m-instruct", "gemma3-270m"}
+    assert not left_out_by_config(demo) and planned_figures(demo) == [*FIGURES, "fig9_concurrency"]
+    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    one = build_study({**cfg, "groups": {"demo": cfg["groups"]["demo"]}})
+    assert set(left_out_by_config(one)) == {"fig5_model_size", "fig8_r_at_scale"}
+    assert planned_figures(one) == [
         s for s in (*FIGURES, "fig9_concurrency") if s not in ("fig5_model_size", "fig8_r_at_scale")
     ]
-    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    del cfg["groups"]["sizes"]
     cfg["groups"]["demo"]["workloads"] = ["code@b2", "code@b4"]
     at_b = build_study(cfg)
     left = left_out_by_config(at_b)
@@ -363,6 +367,7 @@ def test_a_run_measured_only_at_concurrencies_plans_figure_9_alone():
     # one workload at the article's point as well: figures 1-8 are planned again (those its workloads allow)
     cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
     cfg["groups"]["demo"]["workloads"] = ["code"]  # all prompts at once, and at b = 2 and 4
+    del cfg["groups"]["sizes"]  # and Gemma in the models, but in no group: not measured
     both = build_study(cfg)
     assert {"fig1_headline", "fig2_r_vs_k_code", "fig9_concurrency"} <= set(planned_figures(both))
     assert "fig3_sonnet_ladder" in left_out_by_config(both)  # no sonnet: as before

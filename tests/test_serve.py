@@ -26,13 +26,13 @@ def test_serve_mode_hashes_its_settings_and_leaves_offline_cells_alone(smoke_cfg
     cfg["serve"] = {"baseline": "vanilla-serve", "request_rate": 2.5, "goodput": {"tpot_ms": 50}}
     cfg["groups"]["serve"] = {
         "models": ["smollm2-135m-instruct"],
-        "workloads": ["code@b2"],
+        "workloads": ["code@b4"],
         "configs": ["vanilla-serve"],
     }
     study = build_study(cfg)
     ngram, vanilla = (
-        study.cell("smollm2-135m-instruct", "code@b2", "ngram"),
-        study.cell("smollm2-135m-instruct", "code@b2", "vanilla"),
+        study.cell("smollm2-135m-instruct", "code@b4", "ngram"),
+        study.cell("smollm2-135m-instruct", "code@b4", "vanilla"),
     )
     s = study.cell_settings(ngram)
     assert s["mode"] == "serve" and s["serve"] == {"request_rate": 2.5, "goodput_ms": {"tpot_ms": 50}}
@@ -78,7 +78,7 @@ def test_server_argv_is_the_engine_kwargs_on_loopback(smoke_cfg):
     """The server gets the in-process engine's arguments as flags (the speculative config as JSON, a false
     boolean as --no-x), and listens on 127.0.0.1 only."""
     study = build_study(set_key(smoke_cfg, "mode", "serve"))
-    cell = study.cell("smollm2-135m-instruct", "code@b2", "ngram")
+    cell = study.cell("smollm2-135m-instruct", "code@b4", "ngram")
     kwargs = engine_kwargs(study, cell, MODEL)
     argv = serve.server_argv(kwargs, 8123)
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]

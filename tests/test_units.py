@@ -207,10 +207,12 @@ def test_schedule_record_of_each_measurement():
     study = _study(repeats=3)
     assert study.raw["schedule_seed"] == 0
     recs = [study.schedule_record(c, r) for c, r in study.schedule()]
-    assert {(rec["seed"], rec["of"], rec["order"]) for rec in recs} == {(0, 9, "interleaved")}
-    assert _runs([rec["position"] for rec in recs]) == list(range(1, 10))
+    # 3 steps x 3 repeats of SmolLM2 and 2 x 3 of Gemma: 15 engines
+    assert {(rec["seed"], rec["of"], rec["order"]) for rec in recs} == {(0, 15, "interleaved")}
+    assert _runs([rec["position"] for rec in recs]) == list(range(1, 16))
     # the cheap mode: one engine per (model, step), its repeats passes on it, blocked
-    shared = _study(repeats=3, engine_per_repeat=False)
+    demo = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())["groups"]["demo"]  # SmolLM2's cells alone
+    shared = _study(repeats=3, engine_per_repeat=False, groups={"demo": demo})
     recs = [shared.schedule_record(c, r) for c, r in shared.schedule()]
     assert {(rec["of"], rec["order"]) for rec in recs} == {(3, "blocked")}
     assert _runs([rec["position"] for rec in recs]) == [1, 2, 3]
