@@ -339,11 +339,17 @@ def test_the_committed_demo_runs_are_complete():
 
     runs = docs._demo_runs(ROOT)
     assert runs
-    # the entries are the demo's drafter cells (config/smoke.yaml's groups), then the CPU entry
+    # the entries are the demo's drafter cells (config/smoke.yaml's groups; another model than the headline one
+    # named), then the CPU entry and the size entries of its two models
     demo = load_study(ROOT / "config" / "smoke.yaml")
-    planned = {f"{c.workload}/{c.step}" for c in demo.cells if c.step != demo.baseline}
+    head = demo.raw["headline_model"]
+    planned = {
+        (f"{c.workload}/{c.step}" if c.model == head else f"{c.model}/{c.workload}/{c.step}")
+        for c in demo.cells
+        if c.step != demo.baseline
+    }
     entries = docs._entries(runs)
-    assert set(entries[:-1]) == planned and entries[-1] == "CPU"
+    assert set(entries[:-3]) == planned and entries[-3:] == ["CPU", "CPU-size", "CPU-R"]
     for run, rows in runs.items():
         assert [r["entry"] for r in rows] == entries, run
         for r in rows:

@@ -47,13 +47,22 @@ def _fmt(v: float | None) -> str:
     return "" if v is None else f"{v:.3f}"
 
 
-def entries(tables: Path) -> list[dict[str, str]]:
-    """One row per speedup (the workload, `code@b1` at a concurrency, then the step), in the tables' order, and
-    the CPU entry."""
+#: The size entries of a CPU run's claims (claims.SIZE_ENTRIES): the first pair's ratio and its interval.
+SIZE_IDS = ("CPU-size", "CPU-R")
+RATIO = re.compile(r": (?:speedup|R) ([\d.]+) \[([\d.]+), ([\d.]+)\]")
+
+
+def entries(tables: Path, headline: str | None = None) -> list[dict[str, str]]:
+    """One row per speedup (the workload, `code@b1` at a concurrency, then the step; another model than the
+    demo's `headline` model first names its model: `gemma3-270m/code/ngram`), in the tables' order, the CPU
+    entry, and the size entries where the run has them (their first pair's ratio)."""
     out = []
     for r in read_parquet(tables, "speedup.parquet").to_pylist():
         verdict = (r.get("verdict") or "missing").split(" ")[0]
-        out.append({"entry": f"{r['workload']}/{r['config']}", "estimate": _fmt(r.get("speedup")),
+        name = f"{r['workload']}/{r['config']}"
+        if headline is not None and r["model"] != headline:
+            name = f"{r['model']}/{name}"
+        out.append({"entry": name, "estimate": _fmt(r.get("speedup")),
                     "lo": _fmt(r.get("speedup_lo")), "hi": _fmt(r.get("speedup_hi")), "verdict": verdict})  # fmt: skip
     claims = read_claims(tables)
     cpu = next((c for c in claims if c["id"] == "CPU"), None)
@@ -61,6 +70,11 @@ def entries(tables: Path) -> list[dict[str, str]]:
         m = CV.search(cpu["evidence"])
         est, lo, hi = m.groups() if m else ("", "", "")
         out.append({"entry": "CPU", "estimate": est, "lo": lo, "hi": hi, "verdict": cpu["verdict"]})
+    for c in claims:
+        if c["id"] in SIZE_IDS and c["verdict"] != "not covered by this run":
+            m = RATIO.search(c["evidence"])
+            est, lo, hi = m.groups() if m else ("", "", "")
+            out.append({"entry": c["id"], "estimate": est, "lo": lo, "hi": hi, "verdict": c["verdict"]})
     return out
 
 
@@ -166,7 +180,8 @@ def _main(argv: list[str] | None = None) -> int:
     check_fields(args)
     cells = run_cells(args.tables)
     check_cpu_demo(args.tables, cells)
-    new_entries = entries(args.tables)  # read (and checked) before the CSV is opened for appending
+    headline = load_yaml(ROOT / "config" / "smoke.yaml").get("headline_model")  # the demo's entries keep its name
+    new_entries = entries(args.tables, headline)  # read (and checked) before the CSV is opened for appending
     cpu = run_cpu(args.tables, cells)
     with CSV.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
