@@ -292,25 +292,6 @@ def cell_ci(values: Sequence[float | None], level: float = LEVEL) -> tuple[float
 bootstrap_ci = cell_ci
 
 
-def welch_log_ci(
-    num: Sequence[float | None], den: Sequence[float | None], level: float = LEVEL
-) -> tuple[float | None, float | None]:
-    """Welch interval (95 %, or `level`) of the ratio of geometric means num / den (one value per engine start on
-    each side, all > 0); (None, None) when either side has n < 2 or a value <= 0."""
-    a, b = _clean(num), _clean(den)
-    if a.size < 2 or b.size < 2 or not _log_scale(a) or not _log_scale(b):
-        return None, None
-    la, lb = np.log(a), np.log(b)
-    va, vb = float(la.var(ddof=1)) / a.size, float(lb.var(ddof=1)) / b.size
-    diff = float(la.mean() - lb.mean())
-    se2 = va + vb
-    if se2 == 0.0:
-        return math.exp(diff), math.exp(diff)
-    df = se2**2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
-    half = t_quantile(1 - (1 - level) / 2, round(df, 9)) * math.sqrt(se2)
-    return math.exp(diff - half), math.exp(diff + half)
-
-
 def welch_log_contrast(
     plus: Sequence[Sequence[float | None]], minus: Sequence[Sequence[float | None]], level: float = LEVEL
 ) -> tuple[float | None, float | None, float | None]:
@@ -330,6 +311,18 @@ def welch_log_contrast(
     df = se2**2 / sum(v**2 / d for v, d in parts)
     half = t_quantile(1 - (1 - level) / 2, round(df, 9)) * math.sqrt(se2)
     return math.exp(est), math.exp(est - half), math.exp(est + half)
+
+
+def welch_log_ci(
+    num: Sequence[float | None], den: Sequence[float | None], level: float = LEVEL
+) -> tuple[float | None, float | None]:
+    """Welch interval (95 %, or `level`) of the ratio of geometric means num / den (one value per engine start on
+    each side, all > 0): :func:`welch_log_contrast` of one group over the other; (None, None) when either side
+    has n < 2 or a value <= 0, the ratio itself at both ends when every start of both sides agrees exactly."""
+    point, lo, hi = welch_log_contrast([num], [den], level)
+    if point is None:
+        return None, None
+    return (point, point) if lo is None else (lo, hi)
 
 
 def ratio_ci(
