@@ -53,7 +53,7 @@ test-long: $(STAMP) chromium slurm
 	$(if $(SONNET),SPECSWEEP_SONNET=$(abspath $(SONNET)),) $(BIN)/python -m pytest $(PYTEST_ARGS) -m long
 
 # The fast tier, for everyday work (under 2 minutes on 2 cores): every test not marked slow, i.e. none that
-# starts Snakemake or vLLM or needs the real model. `make test` runs both tiers.
+# starts Snakemake or vLLM or needs the real model. `make test` runs both tiers, `make test-long` the long tests.
 test-fast: $(STAMP)
 	SPECSWEEP_SONNET=$(abspath $(SONNET)) $(BIN)/python -m pytest $(PYTEST_ARGS) -m "not slow"
 
